@@ -1,0 +1,1 @@
+"""stbeval: offline StableToolBench evaluation (SoPR, SoWR) from answer files and cassettes."""

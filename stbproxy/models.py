@@ -1,0 +1,109 @@
+"""The small, frozen data that flows between the layers.
+
+Nothing here does I/O or knows about mitmproxy, httpx or RocksDB: adapters turn their
+own objects into these and back, so the calling rules see one request model.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+Headers = tuple[tuple[str, str], ...]
+
+
+class Source(str, enum.Enum):
+    """Where an answer came from; sent to clients as the ``X-Stb-Source`` header."""
+
+    CACHE = "cache"
+    UPSTREAM = "upstream"
+    SIMULATED = "simulated"
+    SIMULATED_ERROR = "simulated-error"
+    INJECTED = "injected"
+    PASSTHROUGH = "passthrough"
+    IMPORTED = "imported"
+
+
+class Mode(str, enum.Enum):
+    """How the engine answers a request (see engine.py for the rules)."""
+
+    VIRTUAL = "virtual"
+    RECORD = "record"
+    REPLAY = "replay"
+
+
+def header_value(headers: Headers, name: str) -> str | None:
+    """The first value of a header, matched case-insensitively, or None."""
+    lname = name.lower()
+    for key, value in headers:
+        if key.lower() == lname:
+            return value
+    return None
+
+
+def without_headers(headers: Headers, names: frozenset[str]) -> Headers:
+    """The headers minus those whose lower-cased name is in ``names``."""
+    return tuple((k, v) for k, v in headers if k.lower() not in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    url: str
+    headers: Headers = ()
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        return header_value(self.headers, name)
+
+    @property
+    def host(self) -> str:
+        return (urlsplit(self.url).hostname or "").lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Headers = ()
+    body: bytes = b""
+    reason: str = ""
+
+    def header(self, name: str) -> str | None:
+        return header_value(self.headers, name)
+
+    def with_header(self, name: str, value: str) -> Response:
+        """A copy with ``name`` set to ``value`` (replacing any earlier value)."""
+        kept = without_headers(self.headers, frozenset({name.lower()}))
+        return replace(self, headers=kept + ((name, value),))
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRef:
+    """A RapidAPI-style API named by standardized keys (see catalog.py)."""
+
+    category: str
+    tool: str
+    api: str
+
+    def __str__(self) -> str:
+        return f"{self.category}/{self.tool}/{self.api}"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One stored request/answer pair with its provenance.
+
+    ``request`` is always the redacted request: secrets never reach an Exchange.
+    ``meta`` carries optional facts (failure taxonomy, simulator model, token counts).
+    """
+
+    key: str
+    request: Request
+    response: Response
+    source: Source
+    stored_at: float
+    upstream_seconds: float | None = None
+    api: ApiRef | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
