@@ -1,0 +1,276 @@
+"""Is a real API's answer worth keeping? And if not, what kind of failure was it?
+
+Two policies decide validity. ``stb`` is StableToolBench's ``check_result``: substring
+tests on the text of the response object, kept exactly (false alarms included) so that
+a cache built here agrees with one built by the original server. ``strict`` trusts the
+HTTP status first and only then a few gateway messages that cannot be content.
+
+The failure taxonomy (the paper's Appendix D) is for reporting only; it never changes
+what is stored.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, Literal, Mapping, NamedTuple
+
+from stbproxy.errors import ConfigError, InputError
+
+Policy = Literal["stb", "strict"]
+POLICIES: tuple[str, ...] = ("stb", "strict")
+
+
+class FailureKind(str, enum.Enum):
+    NOT_CONNECTED = "not_connected"
+    NOT_FOUND = "not_found"
+    PARAMETER_CHANGE = "parameter_change"
+    PARSING_ERROR = "parsing_error"
+    NOT_AUTHORISED = "not_authorised"
+    OTHER = "other"
+    SUCCESS = "success"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    valid: bool
+    reason: str
+    failure: FailureKind
+
+
+# --- StableToolBench's check_result (STB_FORMATS.md section 5) -----------------------
+
+# (rule number, substrings of the lower-cased text, substrings of the text as is)
+_STB_INVALID_RULES: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = (
+    (3, ("rate limit", "time out", "timed out", "does not exist", "404", "504", "500",
+         "internal error", "api doesn't exists"), ("Service Not Found",)),
+    (4, ("authoriz", "authenticat", "unauthorized", "blocked user", "unsubscribe", "blocked",
+         "401", "403", "credential", "unauthenticated", "disabled for your subscription",
+         "invalid consumer key"), ("ACCESS_DENIED",)),
+    (5, ("parameter", "parse", "is not defined"), ()),
+    (6, (), ("status_code=50", "status_code=429")),
+)
+
+
+def _stb_rules(obj: Any) -> tuple[bool, str]:
+    """check_result's decision with the rule that made it."""
+    if not isinstance(obj, Mapping):
+        return False, "not an {error, response} object"
+    if "error" not in obj:
+        return False, "rule 1: no 'error' field"
+    if obj["error"] != "":
+        return False, f"rule 1: error {str(obj['error'])[:120]!r}"
+    if "response" not in obj:
+        return False, "rule 1: no 'response' field"
+    text = str(obj["response"])
+    lowered = text.lower()
+    # Checked before the failure markers: ToolBench treats this TypeError as an answer.
+    if "got an unexpected keyword argument" in lowered:
+        return True, "rule 2: unexpected keyword argument"
+    for rule, lower_marks, exact_marks in _STB_INVALID_RULES:
+        mark = next((m for m in lower_marks if m in lowered), None) or next(
+            (m for m in exact_marks if m in text), None)
+        if mark:
+            return False, f"rule {rule}: response contains {mark!r}"
+    if not text:
+        return False, "rule 6: empty response"
+    return True, "rule 7: no failure marker"
+
+
+def check_result(obj: Any) -> bool:
+    """StableToolBench's validity test of a ``{"error", "response"}`` object."""
+    return _stb_rules(obj)[0]
+
+
+# --- the failure taxonomy -------------------------------------------------------------
+
+_PARSING_PREFIX = "Function executing from"
+
+# Tried in this order; the first kind with a keyword in the text wins.
+_TAXONOMY_BEFORE_PARSING: tuple[tuple[FailureKind, tuple[str, ...]], ...] = (
+    (FailureKind.NOT_CONNECTED, ("http error", "connection", "rate limit", "time out",
+                                 "timed out")),
+    (FailureKind.NOT_FOUND, ("not found", "not available", "api doesn't exist",
+                             "service not found", "internal error", "404")),
+    (FailureKind.PARAMETER_CHANGE, ("parameter", "parse", "is not defined")),
+)
+_NOT_AUTHORISED_KEYS = ("authoriz", "authoris", "unauthoriz", "blocked user", "unsubscribe",
+                        "credential", "disabled for your subscription", "access_denied",
+                        "401", "403")
+
+
+def classify(error_text: str, response_text: str = "") -> FailureKind:
+    """The paper's failure kind of an answer, by keywords (case-insensitive)."""
+    error_text = error_text or ""
+    parsing = error_text.startswith(_PARSING_PREFIX)
+    # The first line of such an error names the tool's module and function, whose
+    # names ("parse_address", "connection_test") would otherwise match keywords.
+    searched = error_text.partition("\n")[2] if parsing else error_text
+    text = f"{searched}\n{response_text or ''}".lower()
+    for kind, keys in _TAXONOMY_BEFORE_PARSING:
+        if any(k in text for k in keys):
+            return kind
+    if parsing:
+        return FailureKind.PARSING_ERROR
+    if any(k in text for k in _NOT_AUTHORISED_KEYS):
+        return FailureKind.NOT_AUTHORISED
+    return FailureKind.OTHER if error_text.strip() else FailureKind.SUCCESS
+
+
+def _failure_of_invalid(error_text: str, response_text: str) -> FailureKind:
+    # An answer judged invalid is never reported as a success.
+    kind = classify(error_text, response_text)
+    return FailureKind.OTHER if kind is FailureKind.SUCCESS else kind
+
+
+def _failure_of_status(status: int, response_text: str) -> FailureKind:
+    if status in (408, 429) or status in (502, 503, 504):
+        return FailureKind.NOT_CONNECTED
+    if status in (404, 410, 500, 501):  # the paper files internal errors under not found
+        return FailureKind.NOT_FOUND
+    if status in (401, 403, 407):
+        return FailureKind.NOT_AUTHORISED
+    if status in (400, 422):
+        return FailureKind.PARAMETER_CHANGE
+    return _failure_of_invalid("", response_text)
+
+
+NOT_AVAILABLE_KINDS: tuple[FailureKind, ...] = (
+    FailureKind.NOT_CONNECTED, FailureKind.NOT_FOUND, FailureKind.PARAMETER_CHANGE,
+    FailureKind.PARSING_ERROR, FailureKind.OTHER)
+
+
+class TaxonomyRow(NamedTuple):
+    kind: str
+    count: int
+    share: float
+
+
+def taxonomy_table(counts: Mapping[FailureKind | str, int]) -> list[TaxonomyRow]:
+    """Counts by failure kind as the paper's Tables 10 and 11.
+
+    The first three rows (success, not_available, not_authorised) are shares of all
+    answers; the rest break not_available down, as shares of the not-available answers.
+    """
+    by_kind = dict.fromkeys(FailureKind, 0)
+    for kind, n in counts.items():
+        try:
+            by_kind[FailureKind(kind)] += n
+        except ValueError:
+            raise InputError(f"unknown failure kind {kind!r}") from None
+    total = sum(by_kind.values())
+    not_available = sum(by_kind[k] for k in NOT_AVAILABLE_KINDS)
+
+    def share(n: int, of: int) -> float:
+        return n / of if of else 0.0
+
+    success, denied = by_kind[FailureKind.SUCCESS], by_kind[FailureKind.NOT_AUTHORISED]
+    rows = [
+        TaxonomyRow("success", success, share(success, total)),
+        TaxonomyRow("not_available", not_available, share(not_available, total)),
+        TaxonomyRow("not_authorised", denied, share(denied, total)),
+    ]
+    rows += [TaxonomyRow(k.value, by_kind[k], share(by_kind[k], not_available))
+             for k in NOT_AVAILABLE_KINDS]
+    return rows
+
+
+# --- policies over HTTP answers and /virtual objects ---------------------------------
+
+# Gateway and framework messages that mean "no answer" whatever the status says. Only
+# looked for in short bodies: a long body quoting them is content.
+_STRICT_MARKERS: tuple[tuple[str, FailureKind], ...] = (
+    ("You are not subscribed to this API", FailureKind.NOT_AUTHORISED),
+    ("Invalid API key", FailureKind.NOT_AUTHORISED),
+    ("disabled for your subscription", FailureKind.NOT_AUTHORISED),
+    ("ACCESS_DENIED", FailureKind.NOT_AUTHORISED),
+    ("You have exceeded the", FailureKind.NOT_CONNECTED),
+    ("Too many requests", FailureKind.NOT_CONNECTED),
+    ("API doesn't exists", FailureKind.NOT_FOUND),
+    ("Service Not Found", FailureKind.NOT_FOUND),
+)
+_MARKER_BODY_LIMIT = 1024
+
+
+def _strict_marker(text: str) -> tuple[str, FailureKind] | None:
+    if len(text) > _MARKER_BODY_LIMIT:
+        return None
+    return next(((m, kind) for m, kind in _STRICT_MARKERS if m in text), None)
+
+
+def _status_text(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _charset(content_type: str | None) -> str:
+    for part in (content_type or "").split(";")[1:]:
+        name, _, value = part.strip().partition("=")
+        if name.lower() == "charset" and value:
+            return value.strip('"')
+    return "utf-8"
+
+
+def _parse_body(body: bytes, content_type: str | None) -> tuple[Any, str]:
+    """(JSON value or text, text): what a RapidAPI client makes of the body."""
+    try:
+        text = body.decode(_charset(content_type), errors="replace")
+    except LookupError:  # an unknown charset name
+        text = body.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text), text
+    except ValueError:
+        return text, text
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"validity policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+
+
+def judge(status: int, body: bytes, content_type: str | None = None,
+          policy: Policy = "stb") -> Verdict:
+    """Whether an HTTP answer from a real API is valid under ``policy``, and why."""
+    _check_policy(policy)
+    response, text = _parse_body(body, content_type)
+    ok_status = 200 <= status < 300
+    if policy == "stb":
+        error = "" if ok_status else _status_text(status)
+        valid, reason = _stb_rules({"error": error, "response": response})
+        if valid:
+            return Verdict(True, f"stb {reason}", FailureKind.SUCCESS)
+        failure = _failure_of_invalid("", text) if ok_status else _failure_of_status(status, text)
+        return Verdict(False, f"stb {reason}", failure)
+    if status == 429 or not 200 <= status < 400:
+        return Verdict(False, f"strict: {_status_text(status)}", _failure_of_status(status, text))
+    if not text.strip():
+        return Verdict(False, f"strict: empty body with {_status_text(status)}", FailureKind.OTHER)
+    marker = _strict_marker(text)
+    if marker:
+        return Verdict(False, f"strict: body says {marker[0]!r}", marker[1])
+    return Verdict(True, f"strict: {_status_text(status)}", FailureKind.SUCCESS)
+
+
+def judge_object(obj: Any, policy: Policy = "stb") -> Verdict:
+    """Whether a /virtual-style ``{"error", "response"}`` object is a valid answer."""
+    _check_policy(policy)
+    if not isinstance(obj, Mapping) or "error" not in obj or "response" not in obj:
+        return Verdict(False, f"{policy}: not an {{error, response}} object", FailureKind.OTHER)
+    error = "" if obj["error"] is None else str(obj["error"])
+    text = str(obj["response"])
+    if policy == "stb":
+        valid, reason = _stb_rules(obj)
+        failure = FailureKind.SUCCESS if valid else _failure_of_invalid(error, text)
+        return Verdict(valid, f"stb {reason}", failure)
+    if error:
+        return Verdict(False, f"strict: error {error[:120]!r}", _failure_of_invalid(error, text))
+    if obj["response"] is None or not text.strip():
+        return Verdict(False, "strict: empty response", FailureKind.OTHER)
+    marker = _strict_marker(text)
+    if marker:
+        return Verdict(False, f"strict: response says {marker[0]!r}", marker[1])
+    return Verdict(True, "strict: no error", FailureKind.SUCCESS)
