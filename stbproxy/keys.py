@@ -1,0 +1,250 @@
+"""Canonical request keys: equal for requests that mean the same call.
+
+Pure functions only. The key of a request is built from its method, scheme, host
+(default port dropped), normalized path, query parameters sorted by name and a body
+canonicalized by content type. Secret and volatile fields never enter a key, so two
+agents with different API keys share one cache entry. ``diff`` explains a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from stbproxy.models import ApiRef, Request
+
+# Headers never part of a key and always redacted before storage.
+SECRET_HEADERS = frozenset({"x-rapidapi-key", "authorization", "proxy-authorization", "cookie"})
+# Query and body fields that are secret by default. Names like "key" or "token" are real
+# arguments of some APIs, so users add them explicitly (KeyRules.extra_secret_fields).
+SECRET_FIELDS = frozenset({"api_key", "apikey", "access_token", "toolbench_key"})
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+KEY_PATH_CHARS = 120  # how much of the path the readable key prefix keeps
+
+
+@dataclass(frozen=True)
+class KeyRules:
+    """Which names are secret (redacted, never keyed) or volatile (never keyed)."""
+
+    extra_secret_fields: frozenset[str] = frozenset()
+    extra_secret_headers: frozenset[str] = frozenset()
+    volatile_fields: frozenset[str] = frozenset()
+    secret_fields: frozenset[str] = field(init=False)
+    secret_headers: frozenset[str] = field(init=False)
+    unkeyed_fields: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        lower = lambda names: frozenset(n.lower() for n in names)  # noqa: E731
+        object.__setattr__(self, "secret_fields", SECRET_FIELDS | lower(self.extra_secret_fields))
+        object.__setattr__(self, "secret_headers", SECRET_HEADERS | lower(self.extra_secret_headers))
+        object.__setattr__(
+            self, "unkeyed_fields", self.secret_fields | lower(self.volatile_fields)
+        )
+
+    @classmethod
+    def build(
+        cls,
+        secret_fields: Iterable[str] = (),
+        secret_headers: Iterable[str] = (),
+        volatile_fields: Iterable[str] = (),
+    ) -> KeyRules:
+        return cls(frozenset(secret_fields), frozenset(secret_headers), frozenset(volatile_fields))
+
+
+DEFAULT_RULES = KeyRules()
+
+
+@dataclass(frozen=True, slots=True)
+class Canonical:
+    """The parts of a request that decide its key, in normal form."""
+
+    method: str
+    scheme: str
+    host: str  # lower-cased host, ":port" only when not the scheme's default
+    path: str
+    query: tuple[tuple[str, str], ...]
+    body_kind: str  # "empty", "json", "form" or "bytes"
+    body: str  # canonical text for json/form, sha256 hex for bytes
+
+    def digest(self) -> str:
+        material = json.dumps(
+            [self.method, self.scheme, self.host, self.path, self.query, self.body_kind, self.body],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    def storage_key(self) -> str:
+        """``http/<host>/<METHOD>/<path>/<digest>``: readable, and prefix-scannable by host."""
+        path = self.path.strip("/")[:KEY_PATH_CHARS]
+        return f"http/{self.host}/{self.method}/{path}/{self.digest()}"
+
+
+def canonical(request: Request, rules: KeyRules = DEFAULT_RULES) -> Canonical:
+    """Normalize a request; never raises, whatever the URL or body holds."""
+    scheme, host, path, raw_query = _split_url(request.url)
+    query = _sorted_by_name(
+        (k, v) for k, v in parse_qsl(raw_query, keep_blank_values=True) if k.lower() not in rules.unkeyed_fields
+    )
+    body_kind, body = canonical_body(request.body, request.header("content-type"), rules)
+    return Canonical(request.method.upper(), scheme, host, path, query, body_kind, body)
+
+
+def request_key(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
+    return canonical(request, rules).storage_key()
+
+
+def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
+    """``api/<category>/<tool>/<api>/<digest>``: one key per API call, whatever the wire form.
+
+    Args are compared as JSON values with sorted keys, so the same call made as a GET
+    query, a JSON body or over /virtual gets the same key once the values agree.
+    """
+    kept = {k: v for k, v in args.items() if k.lower() not in rules.unkeyed_fields}
+    material = json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{api_prefix(api)}{digest}"
+
+
+def api_prefix(api: ApiRef) -> str:
+    return f"api/{api.category}/{api.tool}/{api.api}/"
+
+
+# -- parts -------------------------------------------------------------------------
+
+
+def _split_url(url: str) -> tuple[str, str, str, str]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        hostname = parts.hostname or ""
+    except ValueError:
+        # A malformed URL (bad port, stray brackets) still gets a stable key: the raw text.
+        return "", "", url, ""
+    scheme = parts.scheme.lower()
+    host = hostname.lower()
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    if port is not None and port != DEFAULT_PORTS.get(scheme):
+        host = f"{host}:{port}"
+    return scheme, host, normalize_path(parts.path), parts.query
+
+
+def normalize_path(path: str) -> str:
+    """Resolve dot segments and normalize percent-escapes; keep a trailing slash."""
+    if not path:
+        return "/"
+    # Decode then re-encode so "%7E", "~" and "%7e" agree; "/" and "%2F" stay distinct.
+    segments = [quote(unquote(seg), safe="!$&'()*+,;=:@~") for seg in path.split("/")]
+    normal = posixpath.normpath("/".join(segments) or "/")
+    if normal.startswith("//"):  # posixpath keeps a leading double slash; URLs do not need it
+        normal = "/" + normal.lstrip("/")
+    if path.endswith("/") and not normal.endswith("/"):
+        normal += "/"
+    return normal
+
+
+def _sorted_by_name(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    # sorted() is stable: repeated names keep the order the client sent them in.
+    return tuple(sorted(pairs, key=lambda pair: pair[0]))
+
+
+def is_json_type(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime.endswith("/json") or mime.endswith("+json")
+
+
+def is_form_type(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == (
+        "application/x-www-form-urlencoded"
+    )
+
+
+def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFAULT_RULES) -> tuple[str, str]:
+    if not body:
+        return "empty", ""
+    if is_json_type(content_type):
+        try:
+            value = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            pass  # invalid JSON under a JSON type: keyed by its exact bytes below
+        else:
+            value = drop_fields(value, rules.unkeyed_fields)
+            return "json", json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    if is_form_type(content_type):
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            pairs = parse_qsl(text, keep_blank_values=True)
+            kept = _sorted_by_name((k, v) for k, v in pairs if k.lower() not in rules.unkeyed_fields)
+            return "form", json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+    return "bytes", hashlib.sha256(body).hexdigest()
+
+
+def drop_fields(value: Any, names: frozenset[str]) -> Any:
+    """A copy of a JSON value without object members named in ``names`` (at any depth)."""
+    if isinstance(value, dict):
+        return {k: drop_fields(v, names) for k, v in value.items() if k.lower() not in names}
+    if isinstance(value, list):
+        return [drop_fields(v, names) for v in value]
+    return value
+
+
+# -- explaining a miss ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    part: str  # "method", "scheme", "host", "path", "query:<name>", "body"
+    expected: str  # the stored request's value
+    actual: str  # the incoming request's value
+
+    def __str__(self) -> str:
+        return f"{self.part}: stored {self.expected!r}, got {self.actual!r}"
+
+
+def diff(stored: Canonical, incoming: Canonical) -> list[Difference]:
+    """The parts in which two canonical requests differ; empty when their keys agree."""
+    found = [
+        Difference(part, str(getattr(stored, part)), str(getattr(incoming, part)))
+        for part in ("method", "scheme", "host", "path")
+        if getattr(stored, part) != getattr(incoming, part)
+    ]
+    found.extend(_query_differences(stored.query, incoming.query))
+    if (stored.body_kind, stored.body) != (incoming.body_kind, incoming.body):
+        found.append(Difference("body", _preview(stored), _preview(incoming)))
+    return found
+
+
+def _query_differences(stored, incoming) -> list[Difference]:
+    left, right = _group(stored), _group(incoming)
+    return [
+        Difference(f"query:{name}", _join(left.get(name)), _join(right.get(name)))
+        for name in sorted(left.keys() | right.keys())
+        if left.get(name) != right.get(name)
+    ]
+
+
+def _group(pairs) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for name, value in pairs:
+        grouped.setdefault(name, []).append(value)
+    return grouped
+
+
+def _join(values: list[str] | None) -> str:
+    return "<absent>" if values is None else "&".join(values)
+
+
+def _preview(c: Canonical, limit: int = 200) -> str:
+    text = f"{c.body_kind}:{c.body}"
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,267 @@
+"""The mitmproxy front end (the only importer of mitmproxy).
+
+``StbAddon`` turns a flow's request into a models.Request, asks the engine, and puts the
+answer on the flow; it is what ``mitmdump -s addons/stbproxy_addon.py`` loads. ``serve``
+runs the same addon in a lean embedded master with only the addons a proxy needs, which
+is what ``stbproxy serve`` uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from mitmproxy import ctx, exceptions, http, options
+from mitmproxy.addons import core, errorcheck, next_layer, proxyauth, proxyserver, tlsconfig
+from mitmproxy.master import Master
+
+from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
+from stbproxy.errors import ConfigError, StbError
+from stbproxy.models import Request, Response
+from stbproxy.runtime import Runtime
+from stbproxy.settings import Settings, parse_mode, parse_timeout
+from stbproxy.store import default_store_path
+
+log = logging.getLogger("stbproxy")
+
+CA_CERT_NAME = "mitmproxy-ca-cert.pem"
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+# -- conversions ------------------------------------------------------------------------
+
+
+def request_from_flow(flow: http.HTTPFlow) -> Request:
+    req = flow.request
+    return Request(
+        method=req.method,
+        url=req.url,
+        headers=tuple(req.headers.items(multi=True)),
+        body=req.raw_content or b"",
+    )
+
+
+def response_to_mitm(response: Response) -> http.Response:
+    # Response.make sets Content-Length from the body; stored headers carry none.
+    return http.Response.make(
+        response.status,
+        response.body,
+        [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in response.headers],
+    )
+
+
+def json_response(status: int, document: dict, source: str) -> http.Response:
+    return http.Response.make(
+        status,
+        json.dumps(document, ensure_ascii=False).encode(),
+        {"Content-Type": "application/json", SOURCE_HEADER: source},
+    )
+
+
+# -- the addon --------------------------------------------------------------------------
+
+
+class StbAddon:
+    """Answers every proxied request through the stbproxy engine."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self.settings: Settings | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
+        loader.add_option("stb_store", str, "", "Store directory (default: $STBPROXY_STORE or ./.stbproxy/store).")
+        loader.add_option("stb_passthrough", Sequence[str], [], "Host globs always forwarded and never answered from the store (still logged, redacted).")
+        loader.add_option("stb_secret_fields", Sequence[str], [], "Extra query/body field names that are secret: redacted and never part of a key.")
+        loader.add_option("stb_secret_headers", Sequence[str], [], "Extra header names that are secret: redacted and never stored.")
+        loader.add_option("stb_volatile_fields", Sequence[str], [], "Query/body field names left out of keys (timestamps, nonces).")
+        loader.add_option("stb_max_body", int, DEFAULT_MAX_BODY, "Bodies larger than this many bytes are forwarded but not stored.")
+        loader.add_option("stb_upstream_timeout", str, "30", "Seconds to wait for the real API.")
+        loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
+        loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
+        loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
+
+    def configure(self, updated: set[str]) -> None:
+        if self.settings is not None and not any(name.startswith("stb_") for name in updated):
+            return
+        self.settings = settings_from_options(ctx.options)
+        # The store opens when the proxy starts running, not while options are still being
+        # set (that would open the default store before --set stb_store arrives). A live
+        # change (mitmweb's options editor) reopens it at once.
+        if self.runtime is not None and self.runtime.settings != self.settings:
+            self._close_runtime()
+            self.open_runtime()
+
+    def running(self) -> None:
+        try:
+            self.open_runtime()
+        except exceptions.OptionsError as exc:
+            log.error("%s", exc)  # mitmproxy's errorcheck stops start-up on an error line
+
+    def open_runtime(self) -> Runtime:
+        if self.runtime is None:
+            if self.settings is None:
+                self.settings = settings_from_options(ctx.options)
+            try:
+                self.runtime = Runtime(self.settings)
+            except StbError as exc:
+                raise exceptions.OptionsError(f"stb_store: {exc}") from exc
+            log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
+        return self.runtime
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or flow.error is not None:
+            return  # another addon answered, or the flow is dead
+        if addressed_to_proxy(flow):
+            flow.response = self.own_endpoint(flow)
+            return
+        try:
+            answer = await self.open_runtime().engine.handle(request_from_flow(flow))
+        except Exception as exc:  # one bad request must never take the proxy down
+            log.exception("stbproxy failed on %s %s", flow.request.method, flow.request.pretty_host)
+            flow.response = json_response(502, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
+            return
+        flow.response = response_to_mitm(answer.response)
+        flow.metadata["stb_source"] = str(getattr(answer.source, "value", answer.source))
+        flow.metadata["stb_key"] = answer.key
+
+    def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
+        """A request sent to the proxy's own address (not proxied): never forward it to ourselves."""
+        return json_response(
+            404,
+            {
+                "error": f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; "
+                "use this address as HTTP_PROXY / HTTPS_PROXY",
+                "response": "",
+            },
+            "error",
+        )
+
+    async def done(self) -> None:
+        if self.runtime is not None:
+            runtime, self.runtime = self.runtime, None
+            await runtime.aclose()
+
+    def _close_runtime(self) -> None:
+        if self.runtime is None:
+            return
+        runtime, self.runtime = self.runtime, None
+        runtime.store.close()  # synchronously: a new runtime may reopen the same store
+        try:
+            asyncio.get_running_loop().create_task(runtime.upstream.aclose())
+        except RuntimeError:
+            pass  # no loop yet (configure at start-up): nothing was connected
+
+
+def settings_from_options(opts) -> Settings:
+    """Validate every stb_ option; an OptionsError names the option at fault."""
+
+    def checked(name: str, parse: Callable):
+        try:
+            return parse(getattr(opts, name))
+        except ConfigError as exc:
+            raise exceptions.OptionsError(f"{name}: {exc}") from exc
+
+    if opts.stb_max_body < 0:
+        raise exceptions.OptionsError("stb_max_body: must be 0 or more bytes")
+    for name in ("stb_upstream_ca",):
+        value = getattr(opts, name)
+        if value and not Path(value).is_file():
+            raise exceptions.OptionsError(f"{name}: no such file: {value}")
+    return Settings(
+        store=Path(opts.stb_store) if opts.stb_store else default_store_path(),
+        mode=checked("stb_mode", parse_mode),
+        passthrough=tuple(opts.stb_passthrough),
+        secret_fields=tuple(opts.stb_secret_fields),
+        secret_headers=tuple(opts.stb_secret_headers),
+        volatile_fields=tuple(opts.stb_volatile_fields),
+        max_body_bytes=opts.stb_max_body,
+        upstream_timeout=checked("stb_upstream_timeout", parse_timeout),
+        upstream_ca=opts.stb_upstream_ca,
+        upstream_insecure=opts.stb_upstream_insecure,
+        upstream_proxy=opts.stb_upstream_proxy,
+    )
+
+
+def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
+    """True for a plain request to the proxy's own listening address (origin-form)."""
+    sockname = flow.client_conn.sockname
+    if not sockname or flow.request.port != sockname[1]:
+        return False
+    host = flow.request.host.lower()
+    return host in LOOPBACK_NAMES or host == str(sockname[0])
+
+
+# -- the embedded master ------------------------------------------------------------------
+
+
+class _ReadyLine:
+    """Reports the bound address once the listening socket is up."""
+
+    def __init__(self, on_ready: Callable[[str, int], None]) -> None:
+        self.on_ready = on_ready
+
+    def running(self) -> None:
+        server = ctx.master.addons.get("proxyserver")
+        for host, port, *_ in server.listen_addrs():
+            self.on_ready(host, port)
+            return
+
+
+async def serve(
+    stb_options: dict,
+    *,
+    listen_host: str,
+    listen_port: int,
+    confdir: Path,
+    proxy_auth: str | None = None,
+    on_ready: Callable[[str, int], None] = lambda host, port: None,
+) -> None:
+    """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed."""
+    opts = options.Options()
+    master = Master(opts)
+    auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
+    master.addons.add(
+        core.Core(),
+        *auth_addons,
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(),
+        StbAddon(),
+        _ReadyLine(on_ready),
+    )
+    confdir.mkdir(parents=True, exist_ok=True)
+    extra = {"proxyauth": proxy_auth} if proxy_auth else {}
+    try:
+        opts.update(
+            listen_host=listen_host,
+            listen_port=listen_port,
+            confdir=str(confdir),
+            # lazy: do not connect upstream before answering, so replay works offline
+            connection_strategy="lazy",
+            **extra,
+            **stb_options,
+        )
+    except exceptions.OptionsError as exc:
+        raise ConfigError(str(exc)) from exc
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, master.shutdown)
+    await master.run()
+
+
+def ca_cert_path(confdir: Path) -> Path:
+    return confdir / CA_CERT_NAME
+
+
+def ensure_ca(confdir: Path) -> Path:
+    """Create the interception CA in ``confdir`` if missing (key readable by the owner only)."""
+    from mitmproxy.certs import CertStore
+
+    CertStore.from_store(confdir, "mitmproxy", 2048)
+    return ca_cert_path(confdir)

@@ -1,0 +1,297 @@
+"""The embedded RocksDB store (the only importer of rocksdict).
+
+Keys are readable byte strings (see keys.py): ``http/...`` and ``api/...`` hold cache
+entries, ``log/...`` exchanges that are kept for the record but never served (passthrough
+traffic), ``meta/...`` small JSON documents. A value is one record::
+
+    b"STB1" | u32 length of the JSON head | JSON head | response body bytes
+
+The head holds the redacted request (body base64), the response status and headers, the
+source and timings; the body follows raw so that a hit costs one small JSON parse.
+Each write is one RocksDB put (atomic, in the write-ahead log before it returns), so a
+crash loses at most the requests in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch
+
+from stbproxy.errors import StoreError, StoreLockedError
+from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+
+MAGIC = b"STB1"
+_HEAD_LEN = struct.Struct(">I")
+ENTRY_PREFIXES = ("http/", "api/")
+LOG_PREFIX = "log/"
+META_PREFIX = "meta/"
+DEFAULT_STORE = Path(".stbproxy") / "store"
+
+
+def default_store_path() -> Path:
+    return Path(os.environ.get("STBPROXY_STORE") or DEFAULT_STORE)
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def encode_exchange(ex: Exchange) -> bytes:
+    head = {
+        "request": {
+            "method": ex.request.method,
+            "url": ex.request.url,
+            "headers": [list(h) for h in ex.request.headers],
+            "body": base64.b64encode(ex.request.body).decode("ascii"),
+        },
+        "response": {
+            "status": ex.response.status,
+            "reason": ex.response.reason,
+            "headers": [list(h) for h in ex.response.headers],
+        },
+        "source": ex.source.value,
+        "stored_at": ex.stored_at,
+        "upstream_seconds": ex.upstream_seconds,
+        "api": [ex.api.category, ex.api.tool, ex.api.api] if ex.api else None,
+        "meta": dict(ex.meta),
+    }
+    raw_head = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    return MAGIC + _HEAD_LEN.pack(len(raw_head)) + raw_head + ex.response.body
+
+
+def decode_head(value: bytes) -> tuple[dict[str, Any], int]:
+    """The JSON head of a record and the offset where the response body starts."""
+    if value[:4] != MAGIC or len(value) < 8:
+        raise ValueError("not an stbproxy record")
+    (length,) = _HEAD_LEN.unpack_from(value, 4)
+    end = 8 + length
+    if end > len(value):
+        raise ValueError("record head is truncated")
+    return json.loads(value[8:end]), end
+
+
+def decode_exchange(key: str, value: bytes) -> Exchange:
+    try:
+        head, body_at = decode_head(value)
+        req, resp = head["request"], head["response"]
+        api = head.get("api")
+        return Exchange(
+            key=key,
+            request=Request(
+                method=req["method"],
+                url=req["url"],
+                headers=tuple((k, v) for k, v in req["headers"]),
+                body=base64.b64decode(req["body"]),
+            ),
+            response=Response(
+                status=int(resp["status"]),
+                headers=tuple((k, v) for k, v in resp["headers"]),
+                body=value[body_at:],
+                reason=resp.get("reason", ""),
+            ),
+            source=Source(head["source"]),
+            stored_at=float(head["stored_at"]),
+            upstream_seconds=head.get("upstream_seconds"),
+            api=ApiRef(*api) if api else None,
+            meta=head.get("meta") or {},
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"stored entry {key!r} is damaged: {exc}") from exc
+
+
+# -- the store ------------------------------------------------------------------------
+
+
+@dataclass
+class StoreStats:
+    entries: int = 0
+    logged: int = 0
+    damaged: int = 0
+    size_bytes: int = 0
+    by_source: Counter = field(default_factory=Counter)
+    by_host: Counter = field(default_factory=Counter)
+    meta: dict[str, Counter] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entries": self.entries,
+            "logged": self.logged,
+            "damaged": self.damaged,
+            "size_bytes": self.size_bytes,
+            "by_source": dict(self.by_source.most_common()),
+            "by_host": dict(self.by_host.most_common()),
+            **{name: dict(counter.most_common()) for name, counter in self.meta.items()},
+        }
+
+
+class Store:
+    """One RocksDB database. Open read-write in one process only; readers open read-only."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._db = self._open()
+
+    def _open(self) -> Rdict:
+        options = Options(raw_mode=True)
+        try:
+            if self.readonly:
+                if not (self.path / "CURRENT").exists():
+                    raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
+                return Rdict(str(self.path), options, access_type=AccessType.read_only())
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            options.create_if_missing(True)
+            return Rdict(str(self.path), options)
+        except StoreError:
+            raise
+        except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
+            text = str(exc)
+            if "lock" in text.lower():
+                raise StoreLockedError(
+                    f"the store at {self.path} is locked by another process ({self.path / 'LOCK'}): "
+                    "another stbproxy is writing to it; stop it, use another --store, "
+                    "or use a read-only command such as 'stbproxy stats'"
+                ) from exc
+            raise StoreError(f"cannot open the store at {self.path}: {text}") from exc
+
+    # context manager ------------------------------------------------------------------
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            try:
+                if not self.readonly:
+                    self._db.flush()
+                self._db.close()
+            finally:
+                self._db = None
+
+    # entries --------------------------------------------------------------------------
+    def get(self, key: str) -> Exchange | None:
+        value = self._call(self._db.get, key.encode())
+        return None if value is None else decode_exchange(key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return self._call(self._db.get, key.encode()) is not None
+
+    def put(self, exchange: Exchange) -> None:
+        self._writable()
+        self._call(self._db.put, exchange.key.encode(), encode_exchange(exchange))
+
+    def put_new(self, exchange: Exchange) -> bool:
+        """Store unless the key is taken; True when stored (for idempotent imports)."""
+        if exchange.key in self:
+            return False
+        self.put(exchange)
+        return True
+
+    def put_many(self, exchanges: list[Exchange]) -> None:
+        """Write several entries atomically: all or none."""
+        self._writable()
+        batch = WriteBatch(raw_mode=True)
+        for ex in exchanges:
+            batch.put(ex.key.encode(), encode_exchange(ex))
+        self._call(self._db.write, batch)
+
+    def delete(self, key: str) -> None:
+        self._writable()
+        self._call(self._db.delete, key.encode())
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        for raw_key, _ in self._items(prefix, values=False):
+            yield raw_key.decode()
+
+    def scan(self, prefix: str) -> Iterator[Exchange]:
+        for raw_key, value in self._items(prefix):
+            yield decode_exchange(raw_key.decode(), value)
+
+    def entries(self) -> Iterator[Exchange]:
+        for prefix in ENTRY_PREFIXES:
+            yield from self.scan(prefix)
+
+    # small JSON documents ---------------------------------------------------------------
+    def get_meta(self, name: str) -> Any:
+        value = self._call(self._db.get, (META_PREFIX + name).encode())
+        return None if value is None else json.loads(value)
+
+    def put_meta(self, name: str, document: Any) -> None:
+        self._writable()
+        self._call(self._db.put, (META_PREFIX + name).encode(), json.dumps(document).encode())
+
+    # reporting ------------------------------------------------------------------------
+    def stats(self, *, meta_fields: tuple[str, ...] = ()) -> StoreStats:
+        """Counts by source and host; ``meta_fields`` also counts values of those meta keys."""
+        result = StoreStats(size_bytes=directory_size(self.path))
+        result.meta = {name: Counter() for name in meta_fields}
+        for prefix in (*ENTRY_PREFIXES, LOG_PREFIX):
+            for raw_key, value in self._items(prefix):
+                try:
+                    head, _ = decode_head(value)
+                except ValueError:
+                    result.damaged += 1
+                    continue
+                if prefix == LOG_PREFIX:
+                    result.logged += 1
+                    continue
+                result.entries += 1
+                result.by_source[head.get("source", "?")] += 1
+                result.by_host[_host_of(head["request"]["url"])] += 1
+                meta = head.get("meta") or {}
+                for name in meta_fields:
+                    if name in meta:
+                        result.meta[name][str(meta[name])] += 1
+        return result
+
+    # internals ------------------------------------------------------------------------
+    def _items(self, prefix: str, *, values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
+        raw_prefix = prefix.encode()
+        it = self._call(self._db.iter)
+        it.seek(raw_prefix)
+        while it.valid():
+            key = it.key()
+            if not key.startswith(raw_prefix):
+                break
+            yield key, (it.value() if values else None)
+            it.next()
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"the store at {self.path} is open read-only")
+
+    def _call(self, fn, *args):
+        if self._db is None:
+            raise StoreError(f"the store at {self.path} is closed")
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise StoreError(f"store operation failed at {self.path}: {exc}") from exc
+
+
+def _host_of(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "?").lower()
+    except ValueError:
+        return "?"
+
+
+def directory_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass  # RocksDB may delete an obsolete file while we walk
+    return total

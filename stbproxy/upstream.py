@@ -1,0 +1,82 @@
+"""Calls to the real API (the only importer of httpx for that job).
+
+The engine, not mitmproxy, makes upstream calls: only there can a failure be turned into
+a simulated answer (mitmproxy's error hook cannot supply a response), and only there can
+identical concurrent misses share one call. Bodies are returned decoded (no
+Content-Encoding), so what is stored and replayed is the content the client reads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from stbproxy.errors import UpstreamError
+from stbproxy.models import Headers, Request, Response
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx recomputes itself.
+_DROP_REQUEST = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "host", "content-length"}
+)
+_DROP_RESPONSE = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "content-length",
+     "content-encoding", "trailer", "upgrade"}
+)
+
+
+def strip_headers(headers: Headers, names: frozenset[str]) -> Headers:
+    return tuple((k, v) for k, v in headers if k.lower() not in names)
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    timeout: float = 30.0
+    ca_file: str | None = None  # extra trust for upstreams with private certificates
+    insecure: bool = False
+    proxy: str | None = None  # an outbound proxy, when the real APIs are behind one
+    max_connections: int = 256
+
+
+class Upstream:
+    def __init__(self, config: UpstreamConfig = UpstreamConfig()) -> None:
+        self.config = config
+        verify: bool | str = False if config.insecure else (config.ca_file or True)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout),
+            verify=verify,
+            proxy=config.proxy,
+            # Never read HTTP(S)_PROXY: the agent's environment points at us, which would loop.
+            trust_env=False,
+            follow_redirects=False,  # a proxy relays redirects; the client follows them
+            limits=httpx.Limits(max_connections=config.max_connections),
+        )
+
+    async def send(self, request: Request) -> tuple[Response, float]:
+        """The real answer and how long it took; UpstreamError when there is none."""
+        started = time.perf_counter()
+        try:
+            reply = await self._client.request(
+                request.method,
+                request.url,
+                headers=list(strip_headers(request.headers, _DROP_REQUEST)),
+                content=request.body or None,
+            )
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}", kind="timeout") from exc
+        except (httpx.ConnectError, httpx.ProxyError) as exc:
+            raise UpstreamError(f"upstream unreachable: {request.url}: {exc}", kind="unreachable") from exc
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise UpstreamError(f"cannot call {request.url!r}: {exc}", kind="invalid-request") from exc
+        except (httpx.HTTPError, ValueError) as exc:  # resets, garbage, broken encodings
+            raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}", kind="protocol") from exc
+        elapsed = time.perf_counter() - started
+        headers = strip_headers(
+            tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in reply.headers.raw), _DROP_RESPONSE
+        )
+        return Response(reply.status_code, headers, reply.content, reply.reason_phrase), elapsed
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
