@@ -51,6 +51,10 @@ _CURRENCIES = ("USD", "EUR", "JPY", "GBP", "CAD", "BRL", "INR")
 _LANGUAGES = ("en", "fr", "de", "es", "ja", "pt", "it")
 _STATUSES = ("active", "ok", "available", "complete", "success")
 
+_COORDINATES = {"lat", "latitude", "lng", "lon", "long", "longitude"}
+# Calendar parts are whole numbers even where a template says "float".
+_CALENDAR = {"year", "month", "day", "hour", "minute", "minutes", "second", "seconds"}
+
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
@@ -150,7 +154,7 @@ class _Generator:
             return f"{r.randint(1, 9)}.{r.randint(0, 20)}.{r.randint(0, 9)}"
         if words & {"price", "amount", "cost", "total", "value"}:
             return f"{r.randint(1, 499)}.{r.randint(0, 99):02d}"
-        if words & {"lat", "latitude", "lng", "lon", "long", "longitude"}:
+        if words & _COORDINATES:
             return f"{self._float_for(words):.4f}"
         if "year" in words:
             return str(r.randint(1990, 2024))
@@ -158,6 +162,8 @@ class _Generator:
 
     def _int_for(self, words: set[str]) -> int:
         r = self.rng
+        if words & _COORDINATES:
+            return round(self._float_for(words))
         if "year" in words:
             return r.randint(1990, 2024)
         if "month" in words:
@@ -186,6 +192,8 @@ class _Generator:
 
     def _float_for(self, words: set[str]) -> float:
         r = self.rng
+        if words & _CALENDAR:
+            return float(self._int_for(words))
         if words & {"lat", "latitude"}:
             return round(r.uniform(-60, 70), 4)
         if words & {"lng", "lon", "long", "longitude"}:
