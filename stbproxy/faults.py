@@ -350,11 +350,11 @@ class FaultPlan:
         if not self.rules:
             return NO_FAULT
         latency = 0.0
-        failure: tuple[FaultRule, int] | None = None
+        failure: FaultRule | None = None
         for index, rule in enumerate(self.rules):
             if rule.kind is FaultKind.DOWN:
                 if failure is None and self._is_down(rule, host, tool):
-                    failure = (rule, index)
+                    failure = rule
                 continue
             if not rule.matches(host, tool, api):
                 continue
@@ -366,11 +366,10 @@ class FaultPlan:
             if rule.kind is FaultKind.LATENCY:
                 latency += self._latency_seconds(rule, draw_id)
             else:
-                failure = (rule, index)
+                failure = rule
         if failure is None:
             return Decision(latency=latency) if latency else NO_FAULT
-        rule, _ = failure
-        return Decision(latency=latency, kind=rule.kind, status=rule.status, rule=str(rule))
+        return Decision(latency=latency, kind=failure.kind, status=failure.status, rule=str(failure))
 
     @staticmethod
     def _latency_seconds(rule: FaultRule, draw_id: tuple[object, ...]) -> float:

@@ -106,7 +106,7 @@ class _Generator:
 
     def _string_for(self, words: set[str]) -> str:
         r = self.rng
-        if words & {"image", "img", "thumbnail", "avatar", "photo", "picture", "icon", "logo", "poster", "cover"}:
+        if words & {"image", "img", "thumbnail", "avatar", "photo", "picture", "icon", "logo", "poster"}:
             return f"https://img.example.com/{self._slug()}.jpg"
         if words & {"url", "link", "href", "uri", "website", "homepage", "permalink"}:
             return f"https://www.example.com/{r.choice(_WORDS)}/{self._slug()}"

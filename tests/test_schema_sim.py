@@ -72,7 +72,8 @@ def test_g1_dict_templates_keep_their_keys(g1_templates):
 def _keys_are_harmless(template) -> bool:
     # Keys that are themselves failure words would fail any answer, simulated or real.
     text = str(template).lower()
-    return not any(w in text for w in ("parameter", "status_code", "parse", "404", "500", "blocked", "authent"))
+    markers = ("parameter", "status_code", "parse", "404", "500", "blocked", "authent")
+    return not any(m in text for m in markers)
 
 
 def test_simulated_answers_pass_the_validity_rules(g1_templates):
