@@ -103,6 +103,12 @@ def _params(value: Any, what: str) -> tuple[Param, ...]:
     return tuple(Param.from_dict(p) for p in value)
 
 
+def _param_fields(d: Mapping[str, Any]) -> dict[str, tuple[Param, ...]]:
+    """The two parameter lists of a doc, query entry or saved doc, as ApiDoc fields."""
+    return {name: _params(d.get(name), name)
+            for name in ("required_parameters", "optional_parameters")}
+
+
 @dataclass(frozen=True, slots=True)
 class ApiDoc:
     """What the catalog knows about one API; ``ref`` is derived from the names."""
@@ -166,9 +172,8 @@ class ApiDoc:
             method=str(d.get("method") or ""),
             tool_description=str(d.get("tool_description") or ""),
             api_description=str(d.get("api_description") or ""),
-            required_parameters=_params(d.get("required_parameters"), "required_parameters"),
-            optional_parameters=_params(d.get("optional_parameters"), "optional_parameters"),
             template_response=d.get("template_response"),
+            **_param_fields(d),
         )
 
 
@@ -423,10 +428,7 @@ class Catalog:
                     method=_text(entry, "method"),
                     tool_description=str(data.get("tool_description") or ""),
                     api_description=str(entry.get("description") or ""),
-                    required_parameters=_params(entry.get("required_parameters"),
-                                                "required_parameters"),
-                    optional_parameters=_params(entry.get("optional_parameters"),
-                                                "optional_parameters"),
+                    **_param_fields(entry),
                 )
             except InputError as e:
                 report.skip(file, f"{where}: {e}")
@@ -471,11 +473,8 @@ class Catalog:
                         api=_text(entry, "api_name"),
                         method=str(entry.get("method") or ""),
                         api_description=str(entry.get("api_description") or ""),
-                        required_parameters=_params(entry.get("required_parameters"),
-                                                    "required_parameters"),
-                        optional_parameters=_params(entry.get("optional_parameters"),
-                                                    "optional_parameters"),
                         template_response=entry.get("template_response"),
+                        **_param_fields(entry),
                     )
                 except InputError as e:
                     report.skip(file, f"query [{qi}] api_list[{ai}]: {e}")
