@@ -136,7 +136,7 @@ def _split_url(url: str) -> tuple[str, str, str, str]:
 
 
 def normalize_path(path: str) -> str:
-    """Resolve dot segments and normalize percent-escapes; keep a trailing slash."""
+    """Resolve dot segments, collapse repeated slashes, normalize percent-escapes; keep a trailing slash."""
     if not path:
         return "/"
     # Decode then re-encode so "%7E", "~" and "%7e" agree; "/" and "%2F" stay distinct.

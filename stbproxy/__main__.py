@@ -1,0 +1,3 @@
+from stbproxy.cli import main
+
+main()

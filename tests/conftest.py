@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.servers import TestCA, Upstream
+
+REPO = Path(__file__).resolve().parent.parent
+STB_DATA = REPO.parent / "shared" / "data" / "stabletoolbench"
+
+
+@pytest.fixture
+def stb_data() -> Path:
+    if not STB_DATA.is_dir():
+        pytest.skip(f"StableToolBench sample data not found at {STB_DATA}")
+    return STB_DATA
+
+
+@pytest.fixture
+def upstream():
+    with Upstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def test_ca(tmp_path_factory) -> TestCA:
+    return TestCA(tmp_path_factory.mktemp("test-ca"))
+
+
+@pytest.fixture
+def tls_upstream(test_ca):
+    with Upstream(tls=test_ca) as server:
+        yield server

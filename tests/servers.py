@@ -1,0 +1,264 @@
+"""Real servers on loopback for tests: a scriptable upstream (HTTP or TLS) and
+``stbproxy serve`` started as a real process, the way users start it."""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import ipaddress
+import json
+import os
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        parts = urlsplit(self.path)
+        self.server.owner.hits[parts.path] += 1
+        self.server.owner.requests.append((self.command, self.path, dict(self.headers), body))
+        route = parts.path.strip("/").split("/")
+        handler = getattr(self, f"route_{route[0]}", self.route_echo)
+        handler(route[1:], dict(parse_qsl(parts.query)), body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+    def send(self, status: int, body: bytes, content_type: str = "application/json", headers=()) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    # routes ------------------------------------------------------------------------------
+    def route_echo(self, _rest, query, body) -> None:
+        document = {
+            "method": self.command,
+            "path": urlsplit(self.path).path,
+            "query": query,
+            "body": body.decode("utf-8", "replace"),
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "calls": self.server.owner.hits[urlsplit(self.path).path],
+        }
+        self.send(200, json.dumps(document, sort_keys=True).encode(), headers=[("X-Demo", "yes")])
+
+    def route_status(self, rest, _query, _body) -> None:
+        code = int(rest[0]) if rest else 500
+        self.send(code, json.dumps({"message": f"status {code}"}).encode())
+
+    def route_slow(self, _rest, query, _body) -> None:
+        time.sleep(float(query.get("seconds", "1")))
+        self.send(200, b'{"slow": true}')
+
+    def route_reset(self, _rest, _query, _body) -> None:
+        # Close without a word: the client sees a reset / empty reply.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.close_connection = True
+        self.connection.close()
+
+    def route_garbage(self, _rest, _query, _body) -> None:
+        self.wfile.write(b"this is not HTTP at all\r\n\r\n")
+        self.close_connection = True
+
+    def route_binary(self, _rest, _query, _body) -> None:
+        self.send(200, bytes(range(256)) * 4, "application/octet-stream")
+
+    def route_big(self, _rest, query, _body) -> None:
+        self.send(200, b"x" * int(query.get("bytes", "1024")), "text/plain")
+
+    def route_gzip(self, _rest, _query, _body) -> None:
+        self.send(200, gzip.compress(b'{"compressed": true}'), headers=[("Content-Encoding", "gzip")])
+
+    def route_echoheader(self, _rest, _query, _body) -> None:
+        # An upstream that echoes the caller's key, as some real APIs do.
+        key = self.headers.get("X-RapidAPI-Key", "")
+        self.send(200, json.dumps({"your_key": key}).encode(), headers=[("X-Echo-Key", key)])
+
+    def route_sse(self, _rest, _query, _body) -> None:
+        events = b"".join(f"data: {json.dumps({'n': i})}\n\n".encode() for i in range(3)) + b"data: [DONE]\n\n"
+        self.send(200, events, "text/event-stream")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, owner: "Upstream", ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.owner = owner
+        if ssl_context is not None:
+            self.socket = ssl_context.wrap_socket(self.socket, server_side=True)
+
+
+class Upstream:
+    """A real HTTP(S) server on 127.0.0.1 with an ephemeral port, started and stopped by tests."""
+
+    def __init__(self, tls: "TestCA | None" = None) -> None:
+        self.hits: Counter[str] = Counter()
+        self.requests: list[tuple[str, str, dict, bytes]] = []
+        context = tls.server_context() if tls else None
+        self.scheme = "https" if tls else "http"
+        self._server = _Server(self, context)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def __enter__(self) -> "Upstream":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class TestCA:
+    """A throw-away CA and a server certificate for 127.0.0.1 / localhost."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stbproxy test CA")])
+        ca_cert = (
+            x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        self.ca_file = folder / "test-ca.pem"
+        self.ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        self.cert_file = folder / "server.pem"
+        self.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self.key_file = folder / "server.key"
+        self.key_file.write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+_READY = re.compile(r"listening on http://([^\s:]+|\[[^\]]+\]):(\d+)")
+
+
+class ProxyProcess:
+    """``stbproxy serve`` as a real subprocess on a free loopback port."""
+
+    def __init__(self, store: Path, *args: str, env: dict | None = None) -> None:
+        self.store = store
+        self.args = ["--store", str(store), "--port", "0", *args]
+        self.env = {**os.environ, **(env or {})}
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            self.env.pop(name, None)
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+        self.output: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.store.parent / "certs" / "mitmproxy-ca-cert.pem"
+
+    def client_env(self) -> dict[str, str]:
+        """What an unmodified agent is given: proxy variables and the CA bundle."""
+        return {"HTTP_PROXY": self.url, "HTTPS_PROXY": self.url, "REQUESTS_CA_BUNDLE": str(self.ca_file),
+                "NO_PROXY": ""}
+
+    def start(self, timeout: float = 30) -> "ProxyProcess":
+        # The console script, as users run it (the venv's bin, beside the interpreter).
+        script = Path(sys.executable).with_name("stbproxy")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
+        self.process = subprocess.Popen(
+            [*command, "serve", *self.args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            match = _READY.search(line)
+            if match:
+                self.port = int(match.group(2))
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        self.stop()
+        raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output))
+
+    def _drain(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def stop(self, timeout: float = 15) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> "ProxyProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

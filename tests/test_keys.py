@@ -1,0 +1,181 @@
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from stbproxy import keys
+from stbproxy.keys import KeyRules, canonical, diff, normalize_path, request_key
+from stbproxy.models import ApiRef, Request
+
+JSON = (("Content-Type", "application/json"),)
+FORM = (("Content-Type", "application/x-www-form-urlencoded"),)
+
+
+def get(url, headers=(), body=b"", method="GET"):
+    return Request(method, url, tuple(headers), body)
+
+
+# -- requests that must share a key -----------------------------------------------------------
+SAME = [
+    ("query order", get("http://h/p?a=1&b=2"), get("http://h/p?b=2&a=1")),
+    ("host case", get("http://API.Example.COM/p"), get("http://api.example.com/p")),
+    ("scheme case", get("HTTP://h/p"), get("http://h/p")),
+    ("default http port", get("http://h:80/p"), get("http://h/p")),
+    ("default https port", get("https://h:443/p"), get("https://h/p")),
+    ("method case", get("http://h/p", method="get"), get("http://h/p")),
+    ("dot segments", get("http://h/a/./b/../c"), get("http://h/a/c")),
+    ("empty path", get("http://h"), get("http://h/")),
+    ("percent-encoded unreserved", get("http://h/%7Euser"), get("http://h/~user")),
+    ("plus and %20 in query", get("http://h/p?q=a+b"), get("http://h/p?q=a%20b")),
+    ("secret query field", get("http://h/p?q=1&api_key=AAA"), get("http://h/p?q=1&api_key=BBB")),
+    ("secret query field absent", get("http://h/p?q=1&apikey=AAA"), get("http://h/p?q=1")),
+    ("secret headers", get("http://h/p", [("X-RapidAPI-Key", "one"), ("Authorization", "Bearer x")]),
+     get("http://h/p", [("X-RapidAPI-Key", "two")])),
+    ("other headers", get("http://h/p", [("User-Agent", "a")]), get("http://h/p", [("User-Agent", "b")])),
+    ("json key order and spaces", get("http://h/p", JSON, b'{"a": 1, "b": [1, 2]}', "POST"),
+     get("http://h/p", JSON, b'{"b":[1,2],"a":1}', "POST")),
+    ("json secret field", get("http://h/p", JSON, b'{"a":1,"toolbench_key":"s1"}', "POST"),
+     get("http://h/p", JSON, b'{"a":1,"toolbench_key":"s2"}', "POST")),
+    ("nested json secret", get("http://h/p", JSON, b'{"auth":{"access_token":"t1"},"q":2}', "POST"),
+     get("http://h/p", JSON, b'{"q":2,"auth":{"access_token":"t2"}}', "POST")),
+    ("json charset param", get("http://h/p", [("Content-Type", "application/json; charset=utf-8")], b'{"a":1}', "POST"),
+     get("http://h/p", JSON, b'{ "a" : 1 }', "POST")),
+    ("vendor json type", get("http://h/p", [("Content-Type", "application/vnd.api+json")], b'{"a":1,"b":2}', "POST"),
+     get("http://h/p", [("Content-Type", "application/vnd.api+json")], b'{"b":2,"a":1}', "POST")),
+    ("form order", get("http://h/p", FORM, b"a=1&b=2", "POST"), get("http://h/p", FORM, b"b=2&a=1", "POST")),
+    ("form secret", get("http://h/p", FORM, b"a=1&apikey=zz", "POST"), get("http://h/p", FORM, b"a=1", "POST")),
+]
+
+
+@pytest.mark.parametrize("why,left,right", SAME, ids=[case[0] for case in SAME])
+def test_equivalent_requests_share_a_key(why, left, right):
+    assert request_key(left) == request_key(right), why
+    assert diff(canonical(left), canonical(right)) == []
+
+
+# -- requests that must not -----------------------------------------------------------------
+DIFFERENT = [
+    ("method", get("http://h/p"), get("http://h/p", method="POST"), "method"),
+    ("scheme", get("http://h/p"), get("https://h/p"), "scheme"),
+    ("host", get("http://a/p"), get("http://b/p"), "host"),
+    ("non-default port", get("http://h:8080/p"), get("http://h/p"), "host"),
+    ("path", get("http://h/p"), get("http://h/q"), "path"),
+    ("trailing slash", get("http://h/p/"), get("http://h/p"), "path"),
+    ("encoded slash", get("http://h/a%2Fb"), get("http://h/a/b"), "path"),
+    ("query value", get("http://h/p?a=1"), get("http://h/p?a=2"), "query:a"),
+    ("repeated names keep order", get("http://h/p?a=1&a=2"), get("http://h/p?a=2&a=1"), "query:a"),
+    ("key is not secret by default", get("http://h/p?key=1"), get("http://h/p?key=2"), "query:key"),
+    ("token is not secret by default", get("http://h/p?token=1"), get("http://h/p?token=2"), "query:token"),
+    ("json value", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":2}', "POST"), "body"),
+    ("json int vs string", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":"1"}', "POST"), "body"),
+    ("raw bytes", get("http://h/p", body=b"\x00\x01", method="POST"), get("http://h/p", body=b"\x00\x02", method="POST"), "body"),
+    ("body vs none", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", method="POST"), "body"),
+]
+
+
+@pytest.mark.parametrize("why,left,right,part", DIFFERENT, ids=[case[0] for case in DIFFERENT])
+def test_different_requests_get_different_keys_and_diff_names_the_part(why, left, right, part):
+    assert request_key(left) != request_key(right), why
+    assert [d.part for d in diff(canonical(left), canonical(right))] == [part]
+
+
+def test_user_configured_secret_and_volatile_fields_leave_the_key():
+    rules = KeyRules.build(secret_fields=["token"], volatile_fields=["_ts"])
+    a = get("http://h/p?q=1&token=AAA&_ts=100")
+    b = get("http://h/p?q=1&token=BBB&_ts=200")
+    assert request_key(a, rules) == request_key(b, rules)
+    assert request_key(a) != request_key(b)  # the defaults keep them
+
+
+def test_invalid_json_under_json_type_is_keyed_by_its_bytes():
+    a = get("http://h/p", JSON, b"{not json", "POST")
+    b = get("http://h/p", JSON, b"{not json ", "POST")
+    assert canonical(a).body_kind == "bytes"
+    assert request_key(a) != request_key(b)
+    assert request_key(a) == request_key(get("http://h/p", JSON, b"{not json", "POST"))
+
+
+def test_non_utf8_form_body_is_keyed_by_bytes():
+    c = canonical(get("http://h/p", FORM, b"a=\xff\xfe", "POST"))
+    assert c.body_kind == "bytes"
+
+
+def test_storage_key_is_readable_and_prefixed_by_host_and_method():
+    key = request_key(get("https://Weather.P.RapidAPI.com:443/v1/forecast?city=Paris"))
+    assert key.startswith("http/weather.p.rapidapi.com/GET/v1/forecast/")
+    assert len(key.rsplit("/", 1)[1]) == 32
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://h:99999/p", "http://h:port/p", "not a url", "", "http://"])
+def test_malformed_urls_still_get_a_stable_key(url):
+    assert request_key(get(url)) == request_key(get(url))
+
+
+@pytest.mark.parametrize("raw,normal", [
+    ("", "/"), ("/", "/"), ("/a//b", "/a/b"), ("/a/b/", "/a/b/"), ("/a/../../b", "/b"),
+    ("//x", "/x"), ("/%41", "/A"), ("/a%20b", "/a%20b"), ("/caf%C3%A9", "/caf%C3%A9"), ("/café", "/caf%C3%A9"),
+])
+def test_normalize_path(raw, normal):
+    assert normalize_path(raw) == normal
+
+
+def test_diff_lists_query_names_added_and_removed():
+    stored = canonical(get("http://h/p?a=1&b=2"))
+    incoming = canonical(get("http://h/p?a=1&c=3"))
+    found = {d.part: (d.expected, d.actual) for d in diff(stored, incoming)}
+    assert found == {"query:b": ("2", "<absent>"), "query:c": ("<absent>", "3")}
+
+
+def test_api_key_ignores_arg_order_and_secrets():
+    api = ApiRef("data", "theclique_for_data", "songkick_concert")
+    one = keys.api_key(api, {"id_conc": "x", "page": 1, "toolbench_key": "s"})
+    two = keys.api_key(api, {"page": 1, "id_conc": "x"})
+    assert one == two
+    assert one.startswith("api/data/theclique_for_data/songkick_concert/")
+    assert keys.api_key(api, {"page": 2, "id_conc": "x"}) != one
+
+
+# -- properties ---------------------------------------------------------------------------------
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
+    lambda n: n.lower() not in keys.SECRET_FIELDS)
+values = st.text(max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3), max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(method=st.text(max_size=8), url=st.text(max_size=60), body=st.binary(max_size=64),
+       content_type=st.sampled_from([None, "application/json", "application/x-www-form-urlencoded", "text/plain", "@@"]),
+       header_values=st.lists(st.text(max_size=10), max_size=3))
+def test_key_normalization_never_raises(method, url, body, content_type, header_values):
+    headers = [("X-H", v) for v in header_values]
+    if content_type:
+        headers.append(("Content-Type", content_type))
+    request = Request(method, url, tuple(headers), body)
+    key = request_key(request)
+    assert isinstance(key, str) and key.startswith("http/")
+    assert diff(canonical(request), canonical(request)) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.dictionaries(names, values, max_size=6), secret_a=values, secret_b=values, data=st.data())
+def test_reordered_query_and_different_secrets_share_a_key(pairs, secret_a, secret_b, data):
+    from urllib.parse import urlencode
+
+    items = list(pairs.items())
+    shuffled = data.draw(st.permutations(items))
+    a = get("http://h/p?" + urlencode(items + [("api_key", secret_a)]), [("X-RapidAPI-Key", secret_a)])
+    b = get("http://h/p?" + urlencode(list(shuffled) + [("api_key", secret_b)]), [("X-RapidAPI-Key", secret_b)])
+    assert request_key(a) == request_key(b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=st.dictionaries(names, json_values, max_size=6), secret_a=values, secret_b=values, data=st.data())
+def test_reordered_json_and_different_secrets_share_a_key(document, secret_a, secret_b, data):
+    order = data.draw(st.permutations(list(document)))
+    a_doc = {**document, "toolbench_key": secret_a}
+    b_doc = {"toolbench_key": secret_b, **{k: document[k] for k in order}}
+    a = get("http://h/p", JSON, json.dumps(a_doc).encode(), "POST")
+    b = get("http://h/p", JSON, json.dumps(b_doc, indent=2).encode(), "POST")
+    assert request_key(a) == request_key(b)

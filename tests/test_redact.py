@@ -1,0 +1,72 @@
+import base64
+import json
+
+import pytest
+
+from stbproxy.keys import KeyRules
+from stbproxy.models import Request, Response
+from stbproxy.redact import REDACTED, redact_request, redact_response, secret_values
+
+JSON = ("Content-Type", "application/json")
+
+
+def everything(request: Request) -> bytes:
+    """All bytes of a request, as they would be written anywhere."""
+    return (request.method + request.url + json.dumps(request.headers)).encode() + request.body
+
+
+@pytest.mark.parametrize("request_,secret", [
+    (Request("GET", "http://h/p?q=1", (("X-RapidAPI-Key", "rk-123456"),)), "rk-123456"),
+    (Request("GET", "http://h/p", (("Authorization", "Bearer sk-abcdef"),)), "sk-abcdef"),
+    (Request("GET", "http://h/p", (("Cookie", "session=c00kie99; theme=dark"),)), "c00kie99"),
+    (Request("GET", "http://h/p?api_key=qk-98765&x=1"), "qk-98765"),
+    (Request("GET", "http://h/p?ACCESS_TOKEN=tok-55555"), "tok-55555"),
+    (Request("POST", "http://h/virtual", (JSON,), b'{"toolbench_key": "tb-11111", "q": 1}'), "tb-11111"),
+    (Request("POST", "http://h/p", (JSON,), b'{"outer": {"apikey": "deep-2222"}}'), "deep-2222"),
+    (Request("POST", "http://h/p", (("Content-Type", "application/x-www-form-urlencoded"),),
+             b"a=1&api_key=form-3333"), "form-3333"),
+    # a secret that reappears somewhere unnamed (in the path) is scrubbed too
+    (Request("GET", "http://h/keys/rk-777777/info", (("X-RapidAPI-Key", "rk-777777"),)), "rk-777777"),
+])
+def test_secrets_never_survive_redaction(request_, secret):
+    redacted = redact_request(request_)
+    assert secret.encode() not in everything(redacted)
+    assert REDACTED.encode() in everything(redacted)
+
+
+def test_basic_auth_parts_are_secrets():
+    token = base64.b64encode(b"alice:pa55word").decode()
+    secrets = secret_values(Request("GET", "http://h/", (("Authorization", f"Basic {token}"),)))
+    assert {"pa55word", "alice", token} <= secrets
+
+
+def test_user_configured_secret_field():
+    rules = KeyRules.build(secret_fields=["token"])
+    redacted = redact_request(Request("GET", "http://h/p?token=my-token-1"), rules)
+    assert "my-token-1" not in redacted.url
+    # by default "token" is an ordinary argument
+    assert "my-token-1" in redact_request(Request("GET", "http://h/p?token=my-token-1")).url
+
+
+def test_json_body_without_secrets_keeps_its_exact_bytes():
+    body = b'{"b": 1,   "a": 2}'
+    assert redact_request(Request("POST", "http://h/p", (JSON,), body)).body == body
+
+
+def test_invalid_json_and_binary_bodies_are_left_alone_but_scrubbed():
+    req = Request("POST", "http://h/p", (JSON, ("X-RapidAPI-Key", "rk-424242")), b"{broken rk-424242 \xff")
+    assert redact_request(req).body == b"{broken REDACTED \xff"
+
+
+def test_response_scrubbed_of_request_secrets_and_cookies():
+    secrets = secret_values(Request("GET", "http://h/", (("X-RapidAPI-Key", "rk-999999"),)))
+    response = Response(200, (("X-Echo", "rk-999999"), ("Set-Cookie", "sid=abc123")), b'{"key": "rk-999999"}')
+    cleaned = redact_response(response, secrets)
+    assert b"rk-999999" not in cleaned.body and "rk-999999" not in json.dumps(cleaned.headers)
+    assert ("Set-Cookie", REDACTED) in cleaned.headers
+
+
+def test_short_values_are_not_scrubbed_everywhere():
+    # A one-character "secret" would otherwise wreck every body that contains the letter.
+    secrets = secret_values(Request("GET", "http://h/p?api_key=a"))
+    assert secrets == frozenset()

@@ -1,0 +1,133 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from stbproxy.errors import StoreError, StoreLockedError
+from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+from stbproxy.store import Store, decode_exchange, encode_exchange
+
+
+def exchange(key="http/h/GET/p/1", body=b'{"ok": true}', source=Source.UPSTREAM, **meta) -> Exchange:
+    return Exchange(
+        key=key,
+        request=Request("GET", "http://h/p?x=1", (("Accept", "*/*"),), b"\x00req"),
+        response=Response(200, (("Content-Type", "application/json"),), body, "OK"),
+        source=source,
+        stored_at=1700000000.5,
+        upstream_seconds=0.25,
+        api=ApiRef("c", "t", "a") if meta.pop("with_api", False) else None,
+        meta=meta,
+    )
+
+
+@pytest.mark.parametrize("body", [b"", b"plain", bytes(range(256)), "ünïcødé".encode()])
+def test_record_encoding_round_trips(body):
+    original = exchange(body=body, failure="success", with_api=True)
+    assert decode_exchange(original.key, encode_exchange(original)) == original
+
+
+@pytest.mark.parametrize("value", [b"", b"garbage", b"STB1\x00\x00\x00\xffshort", b"STB1\x00\x00\x00\x02{]"])
+def test_damaged_records_raise_store_error_naming_the_key(value):
+    with pytest.raises(StoreError, match="http/x"):
+        decode_exchange("http/x", value)
+
+
+def test_put_get_scan_and_prefixes(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.put(exchange("http/a/GET/x/1"))
+        store.put(exchange("http/a/GET/y/2"))
+        store.put(exchange("http/b/GET/x/3"))
+        store.put(exchange("api/c/t/a/4", with_api=True))
+        assert store.get("http/a/GET/x/1").response.body == b'{"ok": true}'
+        assert store.get("missing") is None
+        assert [e.key for e in store.scan("http/a/")] == ["http/a/GET/x/1", "http/a/GET/y/2"]
+        assert list(store.keys("api/")) == ["api/c/t/a/4"]
+        assert len(list(store.entries())) == 4
+
+
+def test_put_new_is_idempotent(tmp_path):
+    with Store(tmp_path / "s") as store:
+        assert store.put_new(exchange(body=b"first"))
+        assert not store.put_new(exchange(body=b"second"))
+        assert store.get(exchange().key).response.body == b"first"
+
+
+def test_put_many_is_all_or_nothing(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.put_many([exchange(f"http/h/GET/p/{i}") for i in range(10)])
+        assert len(list(store.keys("http/"))) == 10
+
+
+def test_data_survives_reopen(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.put(exchange())
+        store.put_meta("catalog", {"apis": 3})
+    with Store(tmp_path / "s", readonly=True) as store:
+        assert store.get(exchange().key) == exchange()
+        assert store.get_meta("catalog") == {"apis": 3}
+
+
+def test_second_writer_gets_a_clear_lock_error_and_readers_still_work(tmp_path):
+    with Store(tmp_path / "s") as writer:
+        writer.put(exchange())
+        code = textwrap.dedent(f"""
+            from stbproxy.store import Store
+            from stbproxy.errors import StoreLockedError
+            try:
+                Store({str(tmp_path / 's')!r})
+            except StoreLockedError as exc:
+                print("LOCKED", exc)
+            with Store({str(tmp_path / 's')!r}, readonly=True) as reader:
+                print("READ", reader.get({exchange().key!r}).response.body)
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+        assert "LOCKED" in out and "LOCK" in out.split("LOCKED", 1)[1]
+        assert "READ b'{\"ok\": true}'" in out
+
+
+def test_in_process_second_writer_is_refused(tmp_path):
+    with Store(tmp_path / "s"):
+        with pytest.raises(StoreLockedError, match="locked"):
+            Store(tmp_path / "s")
+
+
+def test_readonly_store_refuses_writes_and_missing_store_is_named(tmp_path):
+    with pytest.raises(StoreError, match="no store at"):
+        Store(tmp_path / "absent", readonly=True)
+    Store(tmp_path / "s").close()
+    with Store(tmp_path / "s", readonly=True) as store, pytest.raises(StoreError, match="read-only"):
+        store.put(exchange())
+
+
+def test_kill_9_loses_nothing_already_acknowledged(tmp_path):
+    # A writer that stores entries, says so, then dies without closing.
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from tests.test_store import exchange
+        from stbproxy.store import Store
+        store = Store({str(tmp_path / 's')!r})
+        for i in range(200):
+            store.put(exchange(f"http/h/GET/p/{{i}}"))
+        print("stored", flush=True)
+        os.kill(os.getpid(), 9)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "stored" in result.stdout and result.returncode == -9
+    with Store(tmp_path / "s") as store:
+        assert len(list(store.keys("http/"))) == 200
+
+
+def test_stats_counts_by_source_and_host(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.put(exchange("http/h/GET/p/1"))
+        store.put(exchange("http/h/GET/p/2", source=Source.SIMULATED))
+        store.put(exchange("log/passthrough/h/1", source=Source.PASSTHROUGH))
+        result = store.stats()
+    assert result.entries == 2 and result.logged == 1
+    assert result.by_source == {"upstream": 1, "simulated": 1}
+    assert result.by_host == {"h": 2}
+    assert result.size_bytes > 0
