@@ -53,8 +53,14 @@ def redact_response(response: Response, secrets: frozenset[str]) -> Response:
     return replace(response, headers=headers, body=scrub(response.body, secrets))
 
 
+def _in_scrub_order(secrets: frozenset[str]) -> list[str]:
+    # Longest first, so "Bearer sk-1" goes whole before "sk-1"; sorted, so that the
+    # result does not depend on set iteration order (and a rerun stores the same bytes).
+    return sorted(secrets, key=lambda s: (-len(s), s))
+
+
 def scrub(data: bytes, secrets: frozenset[str]) -> bytes:
-    for secret in secrets:
+    for secret in _in_scrub_order(secrets):
         raw = secret.encode("utf-8", "surrogatepass")
         if raw in data:
             data = data.replace(raw, REDACTED.encode())
@@ -62,7 +68,7 @@ def scrub(data: bytes, secrets: frozenset[str]) -> bytes:
 
 
 def scrub_text(text: str, secrets: frozenset[str]) -> str:
-    for secret in secrets:
+    for secret in _in_scrub_order(secrets):
         if secret in text:
             text = text.replace(secret, REDACTED)
     return text

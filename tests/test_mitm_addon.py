@@ -1,0 +1,111 @@
+"""The addon inside mitmproxy's own test harness (taddons / tflow)."""
+
+import asyncio
+import json
+
+import pytest
+from mitmproxy import exceptions
+from mitmproxy.test import taddons, tflow, tutils
+
+from stbproxy.mitm import StbAddon, request_from_flow, response_to_mitm
+from stbproxy.models import Response
+
+
+def flow_for(url: str, method: str = "GET", headers=(), body: bytes = b""):
+    flow = tflow.tflow()
+    flow.request = tutils.treq()
+    flow.request.method = method
+    flow.request.url = url
+    for name, value in headers:
+        flow.request.headers[name] = value
+    flow.request.content = body
+    return flow
+
+
+def test_options_are_validated_with_the_option_name(tmp_path):
+    addon = StbAddon()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match="stb_mode"):
+            tctx.configure(addon, stb_mode="sometimes")
+        with pytest.raises(exceptions.OptionsError, match="stb_upstream_timeout"):
+            tctx.configure(addon, stb_upstream_timeout="soon")
+        with pytest.raises(exceptions.OptionsError, match="stb_max_body"):
+            tctx.configure(addon, stb_max_body=-1)
+        with pytest.raises(exceptions.OptionsError, match="stb_upstream_ca"):
+            tctx.configure(addon, stb_upstream_ca=str(tmp_path / "missing.pem"))
+
+
+def test_store_opens_only_when_running(tmp_path):
+    addon = StbAddon()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_mode="replay")
+        assert addon.runtime is None and not (tmp_path / "s").exists()
+        addon.running()
+        assert addon.runtime is not None and (tmp_path / "s" / "CURRENT").exists()
+        asyncio.run(addon.done())
+
+
+def test_record_then_replay_through_the_addon(tmp_path, upstream):
+    async def scenario():
+        addon = StbAddon()
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_mode="record")
+            recorded = flow_for(upstream.url("/echo?x=1"))
+            await addon.request(recorded)
+            tctx.configure(addon, stb_mode="replay")  # reopens the same store
+            replayed = flow_for(upstream.url("/echo?x=1"))
+            await addon.request(replayed)
+            missed = flow_for(upstream.url("/echo?x=2"))
+            await addon.request(missed)
+            await addon.done()
+        return recorded, replayed, missed
+
+    recorded, replayed, missed = asyncio.run(scenario())
+    assert recorded.response.headers["X-Stb-Source"] == "upstream" and recorded.metadata["stb_source"] == "upstream"
+    assert replayed.response.headers["X-Stb-Source"] == "cache"
+    assert replayed.response.content == recorded.response.content
+    assert missed.response.status_code == 404
+    assert upstream.hits["/echo"] == 1
+
+
+def test_a_flow_already_answered_is_left_alone(tmp_path):
+    async def scenario():
+        addon = StbAddon()
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, stb_store=str(tmp_path / "s"))
+            flow = tflow.tflow(resp=True)
+            before = flow.response.content
+            await addon.request(flow)
+            await addon.done()
+            return before, flow
+
+    before, flow = asyncio.run(scenario())
+    assert flow.response.content == before and "stb_source" not in flow.metadata
+
+
+def test_requests_to_the_proxy_itself_are_not_forwarded(tmp_path):
+    async def scenario():
+        addon = StbAddon()
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, stb_store=str(tmp_path / "s"))
+            flow = flow_for("http://127.0.0.1:8080/anything")
+            flow.client_conn.sockname = ("127.0.0.1", 8080)
+            await addon.request(flow)
+            await addon.done()
+            return flow
+
+    flow = asyncio.run(scenario())
+    assert flow.response.status_code == 404
+    assert "HTTP_PROXY" in json.loads(flow.response.content)["error"]
+
+
+def test_conversions_keep_repeated_headers_and_bytes():
+    flow = flow_for("https://h.example/p?q=1", "POST", body=b"\x00\xff")
+    flow.request.headers.add("X-Multi", "a")
+    flow.request.headers.add("X-Multi", "b")
+    request = request_from_flow(flow)
+    assert request.url == "https://h.example/p?q=1" and request.body == b"\x00\xff"
+    assert [v for k, v in request.headers if k == "X-Multi"] == ["a", "b"]
+    converted = response_to_mitm(Response(201, (("X-A", "1"), ("X-A", "2")), b"body"))
+    assert converted.status_code == 201 and converted.headers.get_all("X-A") == ["1", "2"]
+    assert converted.headers["content-length"] == "4"
