@@ -1,0 +1,367 @@
+"""The ``eval`` command group: ``stbproxy eval ...`` or ``python -m stbeval ...``.
+
+The only module of stbeval that imports click. Commands read files, build a judge over
+the run folder's log, call the library, write the run folder and print the table to
+standard output; warnings, progress and judge statistics go to standard error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from . import report
+from .answers import GROUP_RE, Answer, Problem, load_answers, load_ids, to_converted
+from .errors import EvalError, JudgeFatalError
+from .judge import DEFAULT_MODEL, Judge, JudgeSettings
+from .judgelog import LOG_NAME, JudgeLog
+from .passrate import MISSING_POLICIES, pass_rate
+from .prompts import Prompts, load_template
+from .runner import DEFAULT_CONCURRENCY, Progress
+from .solvable import load_tasks, solvable, write_ids
+from .winrate import win_rate
+
+MAX_WARNINGS = 40  # printed; all of them are kept in summary.json
+
+
+class _Bar(Progress):
+    """click's progress bar (with ETA) on standard error, safe to step from threads."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self._bar: Any = None
+        self._lock = threading.Lock()
+
+    def start(self, total: int) -> None:
+        if self.enabled and total > 0 and self._bar is None:
+            self._bar = click.progressbar(length=total, label=self.label, file=sys.stderr,
+                                          show_eta=True, show_pos=True)
+            self._bar.__enter__()
+
+    def step(self, n: int = 1) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
+class _Warnings:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, message: str) -> None:
+        with self._lock:
+            self.messages.append(message)
+
+    def flush(self) -> None:
+        for message in self.messages[:MAX_WARNINGS]:
+            click.echo(f"warning: {message}", err=True)
+        if len(self.messages) > MAX_WARNINGS:
+            click.echo(f"warning: ... and {len(self.messages) - MAX_WARNINGS} more (all in summary.json)", err=True)
+        self.messages.clear()
+
+
+def _judge_options(*, many_models: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--judge-model", "judge_model", multiple=many_models,
+                         default=(DEFAULT_MODEL,) if many_models else DEFAULT_MODEL, show_default=True,
+                         help="Judge model" + (" (repeat for several voting models)." if many_models else ".")),
+            click.option("--temperature", type=float, default=0.2, show_default=True, help="Judge temperature."),
+            click.option("--base-url", envvar="OPENAI_BASE_URL", default=None,
+                         help="OpenAI-compatible endpoint [env OPENAI_BASE_URL; default OpenAI]."),
+            click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_envvar=False,
+                         help="API key [env OPENAI_API_KEY]."),
+            click.option("--judge-template", type=click.Path(exists=True, dir_okay=False), default=None,
+                         help="Prompt template in the original evaluator's <function> format."),
+            click.option("--concurrency", type=click.IntRange(1, 512), default=DEFAULT_CONCURRENCY,
+                         show_default=True, help="Judge calls in flight at once."),
+            click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per judge call."),
+            click.option("--max-retries", type=click.IntRange(0, 20), default=2, show_default=True,
+                         help="Transport retries per judge call (timeouts, 429, 5xx)."),
+            click.option("--parse-retries", type=click.IntRange(0, 20), default=2, show_default=True,
+                         help="Further attempts after a reply without a valid label."),
+            click.option("--max-tokens", type=int, default=None, help="Cap on judge reply tokens."),
+            click.option("--reuse-log", multiple=True, type=click.Path(exists=True, dir_okay=False),
+                         help="Another run's judgments.jsonl to re-use judgments from (repeatable)."),
+            click.option("--retry-unscored", is_flag=True, help="Ask again where the log holds unscored replies."),
+            click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except JudgeFatalError as exc:
+            raise click.ClickException(f"{exc}. Judgments made so far are kept; fix the endpoint and run again.")
+        except EvalError as exc:
+            raise click.ClickException(str(exc))
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: judgments made so far are kept in the run's log; "
+                       "run the same command again to resume.", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def _make_judge(out: Path, opts: dict[str, Any], model: str) -> Judge:
+    prompts = load_template(opts["judge_template"]) if opts["judge_template"] else Prompts()
+    settings = JudgeSettings(model=model, temperature=opts["temperature"], base_url=opts["base_url"],
+                             api_key=opts["api_key"], timeout=opts["timeout"], max_retries=opts["max_retries"],
+                             parse_retries=opts["parse_retries"], max_tokens=opts["max_tokens"],
+                             retry_unscored=opts["retry_unscored"])
+    return Judge(settings, prompts, JudgeLog(out / LOG_NAME, reuse=opts["reuse_log"]))
+
+
+def _judge_info(judge: Judge) -> dict[str, Any]:
+    s = judge.settings
+    return {"model": s.model, "temperature": s.temperature, "prompts": judge.prompts.origin,
+            "log": LOG_NAME, "stats": judge.stats.as_dict()}
+
+
+def _echo_stats(judge: Judge) -> None:
+    st = judge.stats
+    click.echo(f"judge: {st.judged + st.reused} judgments ({st.judged} made with {st.calls} calls, "
+               f"{st.reused} from the log); {st.unscored} unscored, {st.errors} failed; tokens this run: "
+               f"{st.prompt_tokens} prompt + {st.completion_tokens} completion "
+               f"(re-used judgments had cost {st.logged_prompt_tokens} + {st.logged_completion_tokens})", err=True)
+
+
+def _method_name(path: Path) -> str:
+    """A method name from the answers path: its folder unless that is named by group."""
+    path = path.resolve()
+    name = path.stem if path.is_file() else path.name
+    while GROUP_RE.match(name) and path.parent != path:
+        path = path.parent
+        name = path.name
+    return name or "answers"
+
+
+def _run(out: Path, opts: dict[str, Any], model: str, label: str, body: Callable[[Judge, _Bar, _Warnings], Any]) -> Any:
+    out.mkdir(parents=True, exist_ok=True)
+    judge = _make_judge(out, opts, model)
+    bar = _Bar(label, opts["progress"])
+    warnings = _Warnings()
+    try:
+        return body(judge, bar, warnings)
+    finally:
+        bar.close()
+        warnings.flush()
+        judge.log.close()
+        judge.close()
+        _echo_stats(judge)
+
+
+PASS_RATE_EXAMPLE = """\b
+Example:
+  export OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-...
+  stbproxy eval pass-rate --answers converted/chatgpt_cot \\
+      --ids solvable_queries/test_query_ids --out runs/cot --rounds 3 \\
+      --judge-model gpt-4-turbo
+"""
+
+WIN_RATE_EXAMPLE = """\b
+Example:
+  stbproxy eval win-rate --candidate converted/my_agent \\
+      --reference reference_answers_gpt-3.5-turbo_CoT \\
+      --ids solvable_queries/test_query_ids --out runs/my_agent_vs_ref
+"""
+
+SOLVABLE_EXAMPLE = """\b
+Example (three voting models behind one OpenAI-compatible gateway):
+  stbproxy eval solvable --queries solvable_queries/test_instruction \\
+      --out runs/solvable --judge-model gpt-4-turbo \\
+      --judge-model gemini-pro --judge-model claude-2
+"""
+
+REPORT_EXAMPLE = """\b
+Example:
+  stbproxy eval report runs/cot runs/dfs runs/my_agent_vs_ref \\
+      --out runs/report --chart runs/report/sopr.png
+"""
+
+
+@click.group("eval", help="Offline StableToolBench evaluation: SoPR, SoWR and solvable tasks, "
+                          "judged by any OpenAI-compatible model, re-using logged judgments.")
+def eval_group() -> None:
+    pass
+
+
+@eval_group.command("pass-rate", epilog=PASS_RATE_EXAMPLE)
+@click.option("--answers", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Converted answers, raw ToolBench answers or cassettes (file or folder).")
+@click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Solvable ids: a {qid: 0} file per group, or their folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder (log, summary, details); re-running on it re-uses the log.")
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True, help="Judging rounds.")
+@click.option("--missing", type=click.Choice(MISSING_POLICIES), default="unsolved", show_default=True,
+              help="A query without a usable answer: count as Unsolved, or skip it (the original).")
+@click.option("--method", default=None, help="Name of the method in tables [default: from --answers].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
+@click.option("--chart/--no-chart", default=True, show_default=True, help="Write sopr.png into --out.")
+@_judge_options()
+@_handle_errors
+def pass_rate_cmd(answers: Path, ids: Path, out: Path, rounds: int, missing: str, method: str | None, seed: int,
+                  chart: bool, **opts: Any) -> None:
+    """Solvable pass rate of one method, per group, mean±std over rounds."""
+    id_groups = load_ids(ids)
+    loaded = load_answers(answers, seed=seed)
+    name = method or _method_name(answers)
+
+    def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
+        result = pass_rate(loaded, id_groups, judge, method=name, rounds=rounds, missing=missing, warn=warn,
+                           concurrency=opts["concurrency"], progress=bar)
+        bar.close()
+        summary = report.pass_rate_summary(result, _judge_info(judge))
+        text = report.write_run(out, summary)
+        report.write_pass_rate_details(out, result)
+        if chart:
+            report.bar_chart([summary], out / "sopr.png", title=f"SoPR of {name}")
+        click.echo(text, nl=False)
+        return summary
+
+    _run(out, opts, opts["judge_model"], "judging", body)
+
+
+@eval_group.command("win-rate", epilog=WIN_RATE_EXAMPLE)
+@click.option("--candidate", required=True, type=click.Path(exists=True, path_type=Path), help="Candidate answers.")
+@click.option("--reference", required=True, type=click.Path(exists=True, path_type=Path), help="Reference answers.")
+@click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path), help="Solvable ids file or folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Run folder.")
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True, help="Voting rounds.")
+@click.option("--missing", type=click.Choice(MISSING_POLICIES), default="unsolved", show_default=True,
+              help="A side without a usable answer loses the query, or the query is skipped.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for answer order and conversion.")
+@click.option("--candidate-name", default=None, help="[default: from --candidate]")
+@click.option("--reference-name", default=None, help="[default: from --reference]")
+@_judge_options()
+@_handle_errors
+def win_rate_cmd(candidate: Path, reference: Path, ids: Path, out: Path, rounds: int, missing: str, seed: int,
+                 candidate_name: str | None, reference_name: str | None, **opts: Any) -> None:
+    """Solvable win rate of a candidate against a reference, with wins, ties and losses."""
+    id_groups = load_ids(ids)
+    mine = load_answers(candidate, seed=seed)
+    theirs = load_answers(reference, seed=seed)
+    c_name = candidate_name or _method_name(candidate)
+    r_name = reference_name or _method_name(reference)
+
+    def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
+        result = win_rate(mine, theirs, id_groups, judge, candidate_name=c_name, reference_name=r_name,
+                          rounds=rounds, missing=missing, seed=seed, warn=warn,
+                          concurrency=opts["concurrency"], progress=bar)
+        bar.close()
+        summary = report.win_rate_summary(result, _judge_info(judge))
+        text = report.write_run(out, summary)
+        report.write_win_rate_details(out, result)
+        click.echo(text, nl=False)
+        return summary
+
+    _run(out, opts, opts["judge_model"], "judging", body)
+
+
+@eval_group.command("solvable", epilog=SOLVABLE_EXAMPLE)
+@click.option("--queries", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Query files (G1_instruction.json, ...), their folder, or converted answers.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder; kept ids go to OUT/test_query_ids/<group>.json.")
+@_judge_options(many_models=True)
+@_handle_errors
+def solvable_cmd(queries: Path, out: Path, **opts: Any) -> None:
+    """Keep the tasks a majority of judge models find solvable."""
+    tasks, problems = load_tasks(queries)
+    models = list(opts["judge_model"])
+
+    def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
+        for message in problems:
+            warn(message)
+        result = solvable(tasks, judge, models, warn=warn, concurrency=opts["concurrency"], progress=bar)
+        result.problems[:0] = problems
+        bar.close()
+        summary = report.solvable_summary(result, _judge_info(judge))
+        text = report.write_run(out, summary)
+        report.write_solvable_details(out, result)
+        written = write_ids(result, out / "test_query_ids")
+        click.echo(text, nl=False)
+        click.echo(f"kept ids written to {out / 'test_query_ids'} ({len(written)} files)", err=True)
+        return summary
+
+    _run(out, opts, models[0], "judging", body)
+
+
+@eval_group.command("report", epilog=REPORT_EXAMPLE)
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write report.md, report.csv and report.json here.")
+@click.option("--chart", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG bar chart of SoPR per group [default: OUT/sopr.png when --out is given].")
+@click.option("--title", default="SoPR by group", show_default=True, help="Chart title.")
+@_handle_errors
+def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, title: str) -> None:
+    """Combine run folders into one table (and a chart of the pass-rate runs)."""
+    summaries = [report.load_summary(run) for run in runs]
+    text = report.render(summaries)
+    click.echo(text, nl=False)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(text, encoding="utf-8")
+        (out / "report.json").write_text(json.dumps(summaries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        csv_parts = []
+        passes = [s for s in summaries if s["kind"] == "pass_rate"]
+        wins = [s for s in summaries if s["kind"] == "win_rate"]
+        if passes:
+            csv_parts.append(report.to_csv(*report.pass_rate_table(passes)))
+        if wins:
+            csv_parts.append(report.to_csv(*report.win_rate_table(wins)))
+        (out / "report.csv").write_text("\n".join(csv_parts), encoding="utf-8")
+    if chart is None and out is not None:
+        chart = out / "sopr.png"
+    if chart is not None and any(s["kind"] == "pass_rate" for s in summaries):
+        report.bar_chart(summaries, chart, title=title)
+        click.echo(f"chart written to {chart}", err=True)
+
+
+@eval_group.command("convert")
+@click.option("--answers", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Raw ToolBench answers or cassettes (file or folder).")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="Converted JSON file (one group) or folder (one <group>.json per group).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the answer path choice.")
+@_handle_errors
+def convert_cmd(answers: Path, out: Path, seed: int) -> None:
+    """Write answers in StableToolBench's converted format (what the judge sees)."""
+    loaded = load_answers(answers, seed=seed)
+    for message in loaded.problems:
+        click.echo(f"warning: {message}", err=True)
+    groups = {g: [a for a in items.values() if isinstance(a, Answer)] for g, items in loaded.by_group.items()}
+    for items in loaded.by_group.values():
+        for item in items.values():
+            if isinstance(item, Problem):
+                click.echo(f"warning: {item}", err=True)
+    if len(groups) == 1 and out.suffix == ".json":
+        targets = {out: next(iter(groups.values()))}
+    else:
+        targets = {out / f"{g or 'answers'}.json": items for g, items in groups.items()}
+    for target, items in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(to_converted(items), ensure_ascii=False) + "\n", encoding="utf-8")
+        click.echo(f"{target}: {len(items)} answers", err=True)

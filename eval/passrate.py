@@ -1,0 +1,221 @@
+"""Solvable pass rate (SoPR): per query labels over R rounds, per group mean and spread.
+
+Rules (StableToolBench's, with its missing-answer quirk made optional):
+- an answer whose last step is not a ``Finish`` call, that gave up, or whose final
+  answer is empty is Unsolved without asking the judge;
+- otherwise the judge checks the final answer, and checks the whole trace when the
+  first verdict is Unsure;
+- Solved = 1, Unsure = 0.5, Unsolved = 0; a round's score is the mean over queries;
+- reported: mean and population standard deviation of the round scores, x100, per group
+  and for the average over groups;
+- a query without a usable answer counts as Unsolved (``missing="unsolved"``) or is left
+  out (``missing="skip"``, the original behaviour);
+- a judgment without a valid label is *unscored*: left out of that round's mean and
+  counted in its own column, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .answers import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, parse_finish, step_name
+from .judge import Judge
+from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
+
+SCORES = {"Solved": 1.0, "Unsure": 0.5, "Unsolved": 0.0}
+MISSING_POLICIES = ("unsolved", "skip")
+AVERAGE = "Average"
+
+
+@dataclass
+class Outcome:
+    """What became of one query: its label in each round, and why."""
+
+    group: str
+    qid: str
+    answer: Answer | None
+    labels: list[str | None]  # per round; None = unscored (or missing)
+    reasons: list[str]
+    judged: bool = False  # False when a rule decided without the judge
+    missing: str = ""  # why there is no usable answer ("" when there is one)
+
+    def status(self, r: int) -> str:
+        if self.missing:
+            return "missing"
+        return self.labels[r] or "unscored"
+
+
+@dataclass
+class GroupScore:
+    group: str
+    runs: list[float | None]  # per round, as fractions; None when nothing was scored
+    queries: int  # queries counted (after the missing policy)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float | None:
+        values = [v for v in self.runs if v is not None]
+        return 100 * statistics.fmean(values) if values else None
+
+    @property
+    def std(self) -> float | None:
+        values = [v for v in self.runs if v is not None]
+        return 100 * statistics.pstdev(values) if values else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "mean": self.mean, "std": self.std, "runs": self.runs,
+                "queries": self.queries, "counts": self.counts}
+
+
+@dataclass
+class PassRate:
+    method: str
+    rounds: int
+    missing: str
+    groups: list[GroupScore]
+    average: GroupScore | None
+    outcomes: dict[str, list[Outcome]]
+    problems: list[str]
+
+
+def precheck(answer: Answer) -> str | None:
+    """Why ``answer`` is Unsolved without a judge, or None when the judge must decide."""
+    last = last_step(answer)
+    if last is None:
+        return "empty answer tree"
+    if last.get("role") == "tool" and step_name(last) == FINISH:
+        return_type, text = parse_finish(answer.final_answer)
+        if return_type == GIVE_UP or GIVE_UP in str(last.get("message", "")):
+            return "gave up (give_up_and_restart)"
+        if not answer.final_answer.strip() or not text.strip():
+            return "empty final answer"
+        return None
+    if answer.finish_optional and last.get("role") == "assistant" and answer.final_answer.strip():
+        return None  # an agent without Finish ends with its last message
+    return "last step is not a Finish call"
+
+
+def judge_answer(judge: Judge, answer: Answer, r: int) -> tuple[str | None, str]:
+    """(label, reason) of one round: the final answer first, the whole trace if Unsure."""
+    first = judge.check_answer_status(answer.query, answer.final_answer, qid=answer.query_id, round=r)
+    if first.status != "ok":
+        return None, first.reason
+    if first.label != "Unsure":
+        return first.label, first.reason
+    second = judge.parse_answer_status(answer.query, json.dumps(answer.judge_view()), qid=answer.query_id, round=r)
+    if second.status != "ok":
+        return None, second.reason
+    return second.label, second.reason
+
+
+def collect(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, rounds: int,
+            warn: Callable[[str], None], concurrency: int = DEFAULT_CONCURRENCY,
+            progress: Progress | None = None, progress_started: bool = False) -> dict[str, list[Outcome]]:
+    """Every query's outcome per round, judging only where the rules leave it open."""
+    outcomes = plan(answers, ids, rounds=rounds, warn=warn)
+    todo = [o for group in outcomes.values() for o in group if o.judged]
+    progress = progress or Progress()
+    if not progress_started:
+        progress.start(len(todo) * rounds)
+
+    def work(outcome: Outcome, r: int) -> tuple[str | None, str]:
+        assert outcome.answer is not None
+        return judge_answer(judge, outcome.answer, r)
+
+    results = run_rounds(todo, rounds, work, concurrency=concurrency, progress=progress)
+    for r, round_results in enumerate(results):
+        for outcome, (label, reason) in zip(todo, round_results):
+            outcome.labels[r] = label
+            outcome.reasons[r] = reason
+            if label is None:
+                warn(f"query {outcome.qid} ({outcome.group}), round {r}: unscored: {reason}")
+    return outcomes
+
+
+def plan(answers: AnswerSet, ids: dict[str, list[str]], *, rounds: int,
+         warn: Callable[[str], None]) -> dict[str, list[Outcome]]:
+    """Outcomes with the no-judge rules applied; ``judged`` marks those left to the judge."""
+    for message in answers.problems:
+        warn(message)
+    outcomes: dict[str, list[Outcome]] = {}
+    only_group = len(ids) == 1
+    # Answers no group asks for are reported once per answer source.
+    pools: dict[int, tuple[dict[str, Answer | Problem], set[str], list[str]]] = {}
+    for group, qids in ids.items():
+        pool = answers.for_group(group, only_group=only_group)
+        entry = pools.setdefault(id(pool), (pool, set(), []))
+        entry[1].update(qids)
+        entry[2].append(group)
+    for pool, wanted, names in pools.values():
+        for qid in pool:
+            if qid not in wanted:
+                warn(f"query {qid}: answer for an id not in the ids of {', '.join(names)}; ignored")
+    for group, qids in ids.items():
+        pool = answers.for_group(group, only_group=only_group)
+        rows: list[Outcome] = []
+        for qid in qids:
+            item = pool.get(qid)
+            if item is None:
+                rows.append(Outcome(group, qid, None, [None] * rounds, ["no answer"] * rounds, missing="no answer"))
+                warn(f"query {qid} ({group}): no answer")
+            elif isinstance(item, Problem):
+                rows.append(Outcome(group, qid, None, [None] * rounds, [item.reason] * rounds, missing=item.reason))
+                warn(str(item) if item.where else f"query {qid} ({group}): {item.reason}")
+            else:
+                reason = precheck(item)
+                if reason:
+                    rows.append(Outcome(group, qid, item, ["Unsolved"] * rounds, [reason] * rounds))
+                else:
+                    rows.append(Outcome(group, qid, item, [None] * rounds, [""] * rounds, judged=True))
+        outcomes[group] = rows
+    return outcomes
+
+
+def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> tuple[list[GroupScore], GroupScore | None]:
+    """Per group scores and their average (mean over groups, round by round)."""
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"missing must be one of {MISSING_POLICIES}, not {missing!r}")
+    groups: list[GroupScore] = []
+    for group, rows in outcomes.items():
+        counted = [o for o in rows if not (o.missing and missing == "skip")]
+        runs: list[float | None] = []
+        for r in range(rounds):
+            values = [0.0 if o.missing else SCORES[o.labels[r]] for o in counted if o.missing or o.labels[r] is not None]
+            runs.append(statistics.fmean(values) if values else None)
+        counts = {k: 0 for k in ("Solved", "Unsure", "Unsolved", "unscored", "missing", "no_judge")}
+        for o in rows:
+            if o.missing:
+                counts["missing"] += 1
+                continue
+            counts["no_judge"] += not o.judged
+            for r in range(rounds):
+                counts[o.labels[r] or "unscored"] += 1
+        groups.append(GroupScore(group, runs, len(counted), counts))
+    if not groups:
+        return groups, None
+    averaged: list[float | None] = []
+    for r in range(rounds):
+        values = [g.runs[r] for g in groups]
+        averaged.append(None if any(v is None for v in values) else statistics.fmean(values))  # type: ignore[arg-type]
+    totals = {k: sum(g.counts[k] for g in groups) for k in groups[0].counts}
+    return groups, GroupScore(AVERAGE, averaged, sum(g.queries for g in groups), totals)
+
+
+def pass_rate(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, method: str, rounds: int = 3,
+              missing: str = "unsolved", warn: Callable[[str], None] = lambda _m: None,
+              concurrency: int = DEFAULT_CONCURRENCY, progress: Progress | None = None) -> PassRate:
+    """SoPR of one method over the groups of ``ids``."""
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    problems: list[str] = []
+
+    def note(message: str) -> None:
+        problems.append(message)
+        warn(message)
+
+    outcomes = collect(answers, ids, judge, rounds=rounds, warn=note, concurrency=concurrency, progress=progress)
+    groups, average = score(outcomes, rounds=rounds, missing=missing)
+    return PassRate(method, rounds, missing, groups, average, outcomes, problems)

@@ -1,0 +1,342 @@
+"""Reports: tables in the paper's layout, run summaries, per-query details, a bar chart.
+
+Tables put groups as columns in the paper's order with the average last, each cell
+``mean±std`` with one decimal. A run folder holds ``summary.json`` (everything a later
+``report`` needs), ``table.md`` / ``table.csv`` (the table), ``scores.csv`` (one row per
+group with the label counts) and ``details/`` (per-query files whose content matches
+the original evaluator's outputs, plus the reasons).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from .answers import main_path
+from .errors import InputError
+from .passrate import AVERAGE, PassRate
+from .solvable import Solvable
+from .winrate import WinRate
+
+PAPER_GROUPS = ("G1_instruction", "G1_category", "G1_tool", "G2_instruction", "G2_category", "G3_instruction")
+SUMMARY = "summary.json"
+COUNT_COLUMNS = ("Solved", "Unsure", "Unsolved", "unscored", "missing", "no_judge")
+
+
+def cell(mean: float | None, std: float | None = None) -> str:
+    if mean is None:
+        return "n/a"
+    return f"{mean:.1f}" if std is None else f"{mean:.1f}±{std:.1f}"
+
+
+def ordered_groups(names: Iterable[str]) -> list[str]:
+    """The paper's group order first, any other groups after in the order given."""
+    names = list(dict.fromkeys(names))
+    return [g for g in PAPER_GROUPS if g in names] + [g for g in names if g not in PAPER_GROUPS]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    def line(values: list[str]) -> str:
+        return "| " + " | ".join(str(v).ljust(w) for v, w in zip(values, widths)) + " |"
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def to_csv(header: list[str], rows: list[list[Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+# --- summaries ------------------------------------------------------------------------
+
+def pass_rate_summary(result: PassRate, judge: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "pass_rate",
+        "method": result.method,
+        "rounds": result.rounds,
+        "missing": result.missing,
+        "groups": [g.as_dict() for g in result.groups],
+        "average": result.average.as_dict() if result.average else None,
+        "judge": judge,
+        "problems": result.problems,
+    }
+
+
+def win_rate_summary(result: WinRate, judge: dict[str, Any]) -> dict[str, Any]:
+    average = result.average.as_dict() if result.average else None
+    if average is not None:
+        average["win_rate"] = result.average_rate  # mean of group rates, as the paper averages
+    return {
+        "kind": "win_rate",
+        "candidate": result.candidate,
+        "reference": result.reference,
+        "rounds": result.rounds,
+        "missing": result.missing,
+        "seed": result.seed,
+        "groups": [g.as_dict() for g in result.groups],
+        "average": average,
+        "judge": judge,
+        "problems": result.problems,
+    }
+
+
+def solvable_summary(result: Solvable, judge: dict[str, Any]) -> dict[str, Any]:
+    groups = []
+    for group in ordered_groups(result.votes):
+        rows = result.votes[group]
+        groups.append({"group": group, "tasks": len(rows), "kept": sum(v.kept for v in rows)})
+    return {"kind": "solvable", "models": result.models, "groups": groups, "judge": judge, "problems": result.problems}
+
+
+def load_summary(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder)
+    path = path / SUMMARY if path.is_dir() else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: no run summary here ({exc.strerror})") from exc
+    except ValueError as exc:
+        raise InputError(f"{path}: run summary is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("kind") not in ("pass_rate", "win_rate", "solvable"):
+        raise InputError(f"{path}: not an stbeval run summary")
+    return data
+
+
+# --- tables ---------------------------------------------------------------------------
+
+def pass_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    groups = ordered_groups(g["group"] for s in summaries for g in s["groups"])
+    header = ["Method", *groups, AVERAGE]
+    rows = []
+    for s in summaries:
+        by_group = {g["group"]: g for g in s["groups"]}
+        row = [s["method"]]
+        row += [cell(by_group[g]["mean"], by_group[g]["std"]) if g in by_group else "" for g in groups]
+        avg = s.get("average") or {}
+        row.append(cell(avg.get("mean"), avg.get("std")))
+        rows.append(row)
+    return header, rows
+
+
+def counts_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Label counts per group over all rounds (unscored and missing in their own columns)."""
+    header = ["Group", "Queries", *COUNT_COLUMNS]
+    entries = {g["group"]: g for g in summary["groups"]}
+    rows = [[name, str(entries[name]["queries"]), *(str(entries[name]["counts"].get(k, 0)) for k in COUNT_COLUMNS)]
+            for name in ordered_groups(entries)]
+    if summary.get("average") and len(entries) > 1:
+        total = summary["average"]
+        rows.append(["Total", str(total["queries"]), *(str(total["counts"].get(k, 0)) for k in COUNT_COLUMNS)])
+    return header, rows
+
+
+def win_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    groups = ordered_groups(g["group"] for s in summaries for g in s["groups"])
+    header = ["Candidate vs reference", *groups, AVERAGE]
+    rows = []
+    for s in summaries:
+        by_group = {g["group"]: g for g in s["groups"]}
+        row = [f"{s['candidate']} vs {s['reference']}"]
+        row += [cell(by_group[g]["win_rate"]) if g in by_group else "" for g in groups]
+        row.append(cell((s.get("average") or {}).get("win_rate")))
+        rows.append(row)
+    return header, rows
+
+
+def wins_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Group", "Wins", "Ties", "Losses", "Queries", "Shortcut rounds"]
+    entries = {g["group"]: g for g in summary["groups"]}
+    rows = [[g, *(str(entries[g][k]) for k in ("wins", "ties", "losses", "queries", "shortcut_rounds"))]
+            for g in ordered_groups(entries)]
+    avg = summary.get("average")
+    if avg and len(entries) > 1:
+        rows.append(["Total", *(str(avg[k]) for k in ("wins", "ties", "losses", "queries", "shortcut_rounds"))])
+    return header, rows
+
+
+def solvable_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Group", "Tasks", "Solvable (kept)"]
+    rows = [[g["group"], str(g["tasks"]), str(g["kept"])] for g in summary["groups"]]
+    rows.append(["Total", str(sum(g["tasks"] for g in summary["groups"])), str(sum(g["kept"] for g in summary["groups"]))])
+    return header, rows
+
+
+def render(summaries: list[dict[str, Any]]) -> str:
+    """The Markdown text for any mix of run summaries."""
+    parts = []
+    passes = [s for s in summaries if s["kind"] == "pass_rate"]
+    wins = [s for s in summaries if s["kind"] == "win_rate"]
+    if passes:
+        parts.append("SoPR (%, mean±std over rounds)\n\n" + markdown(*pass_rate_table(passes)))
+        if len(passes) == 1:
+            parts.append("Judgments (over all rounds)\n\n" + markdown(*counts_table(passes[0])))
+    if wins:
+        parts.append("SoWR (%)\n\n" + markdown(*win_rate_table(wins)))
+        for s in wins:
+            parts.append(f"{s['candidate']} vs {s['reference']}\n\n" + markdown(*wins_table(s)))
+    for s in summaries:
+        if s["kind"] == "solvable":
+            parts.append(f"Solvable tasks (majority of {', '.join(s['models'])})\n\n" + markdown(*solvable_table(s)))
+    return "\n\n".join(parts) + "\n"
+
+
+# --- files ----------------------------------------------------------------------------
+
+def write_run(folder: str | Path, summary: dict[str, Any]) -> str:
+    """Write summary.json, table.md, table.csv and scores.csv; return the Markdown."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = render([summary])
+    (folder / "table.md").write_text(text, encoding="utf-8")
+    kind = summary["kind"]
+    if kind == "pass_rate":
+        header, rows = pass_rate_table([summary])
+        long_header = ["method", "group", "mean", "std", "queries", *(f"run_{i}" for i in range(summary["rounds"])),
+                       *COUNT_COLUMNS]
+        entries = [*summary["groups"], *([summary["average"]] if summary["average"] else [])]
+        long_rows = [[summary["method"], g["group"], _num(g["mean"]), _num(g["std"]), g["queries"],
+                      *(_num(None if v is None else 100 * v) for v in g["runs"]),
+                      *(g["counts"].get(k, 0) for k in COUNT_COLUMNS)] for g in entries]
+    elif kind == "win_rate":
+        header, rows = win_rate_table([summary])
+        long_header = ["candidate", "reference", "group", "win_rate", "wins", "ties", "losses", "queries", "shortcut_rounds"]
+        entries = [*summary["groups"], *([summary["average"]] if summary["average"] else [])]
+        long_rows = [[summary["candidate"], summary["reference"], g["group"], _num(g["win_rate"]),
+                      *(g[k] for k in ("wins", "ties", "losses", "queries", "shortcut_rounds"))] for g in entries]
+    else:
+        header, rows = solvable_table(summary)
+        long_header, long_rows = header, rows
+    (folder / "table.csv").write_text(to_csv(header, rows), encoding="utf-8")
+    (folder / "scores.csv").write_text(to_csv(long_header, long_rows), encoding="utf-8")
+    return text
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def write_pass_rate_details(folder: str | Path, result: PassRate) -> list[Path]:
+    """Per group ``<group>_<method>.json`` and ``.csv`` in the original evaluator's shape."""
+    target = Path(folder) / "details"
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for group, outcomes in result.outcomes.items():
+        entries: dict[str, Any] = {}
+        rows = []
+        for o in outcomes:
+            steps, final = _steps_text(o.answer)
+            statuses = {str(r): _status_text(o.status(r)) for r in range(result.rounds)}
+            entries[o.qid] = {
+                "query": o.answer.query if o.answer else "",
+                "tool_names": o.answer.tool_names() if o.answer else [],
+                "answer_steps": steps,
+                "final_step": final,
+                "is_solved": statuses,
+                "reasons": {str(r): o.reasons[r] for r in range(result.rounds)},
+                "judged": o.judged,
+            }
+            rows.append([entries[o.qid]["query"], str(entries[o.qid]["tool_names"]), steps, final,
+                         result.method, o.qid, str(statuses)])
+        base = target / f"{group}_{result.method}"
+        base.with_suffix(".json").write_text(json.dumps(entries, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
+        out = io.StringIO()
+        writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+        writer.writerow(["query", "available_tools", "model_intermediate_steps", "model_final_step", "model",
+                         "query_id", "is_solved"])
+        writer.writerows(rows)
+        base.with_suffix(".csv").write_text(out.getvalue(), encoding="utf-8")
+        written += [base.with_suffix(".json"), base.with_suffix(".csv")]
+    return written
+
+
+def write_win_rate_details(folder: str | Path, result: WinRate) -> list[Path]:
+    """Per group ``<group>_<candidate>_<reference>.json``: round votes per query, as the
+    original's preference output, with how each round was decided."""
+    target = Path(folder) / "details"
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for group, duels in result.duels.items():
+        entries: dict[str, Any] = {}
+        for d in duels:
+            won, lost = d.votes
+            entry: dict[str, Any] = {result.candidate: won, result.reference: lost}
+            if result.candidate == result.reference:  # same name both sides: keep both counts
+                entry = {"candidate": won, "reference": lost}
+            for r in range(result.rounds):
+                entry[f"round_{r}"] = d.how[r]
+            entry["result"] = d.result
+            entry["rounds"] = [{"winner": d.rounds[r], "how": d.how[r], "reason": d.reasons[r]} for r in range(result.rounds)]
+            entries[d.qid] = entry
+        path = target / f"{group}_{result.candidate}_{result.reference}.json"
+        path.write_text(json.dumps(entries, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def write_solvable_details(folder: str | Path, result: Solvable) -> Path:
+    path = Path(folder) / "details" / "solvable_votes.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {group: {v.task.qid: {"kept": v.kept, "labels": v.labels, "reasons": v.reasons} for v in rows}
+            for group, rows in result.votes.items()}
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def _status_text(status: str) -> str:
+    # The original writes its enum's text; unscored and missing are stbeval's own states.
+    return f"AnswerStatus.{status}" if status in ("Solved", "Unsure", "Unsolved") else status
+
+
+def _steps_text(answer: Any) -> tuple[str, str]:
+    """The 'Step n: ...' and 'Final step: ...' text of the original's detail files:
+    every tool call along the answer's path, and the last one again as the final step."""
+    if answer is None:
+        return "", ""
+    tools = [n.get("message") for n in main_path(answer.answer_details) if n.get("role") == "tool"]
+    steps = "\n".join(f"Step {i + 1}: {message}" for i, message in enumerate(tools))
+    return steps, (f"Final step: {tools[-1]}" if tools else "")
+
+
+# --- chart ----------------------------------------------------------------------------
+
+def bar_chart(summaries: list[dict[str, Any]], path: str | Path, *, title: str = "SoPR by group") -> Path:
+    """Grouped bars of SoPR per group (and the average) with std error bars, one colour per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    passes = [s for s in summaries if s["kind"] == "pass_rate"]
+    if not passes:
+        raise InputError("no pass-rate runs to chart")
+    groups = [*ordered_groups(g["group"] for s in passes for g in s["groups"]), AVERAGE]
+    width = 0.8 / len(passes)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups)), 4.0))
+    for i, s in enumerate(passes):
+        by_group = {g["group"]: g for g in s["groups"]}
+        if s.get("average"):
+            by_group[AVERAGE] = s["average"]
+        means = [by_group[g]["mean"] if g in by_group and by_group[g]["mean"] is not None else 0.0 for g in groups]
+        stds = [by_group[g]["std"] if g in by_group and by_group[g]["std"] is not None else 0.0 for g in groups]
+        xs = [j + (i - (len(passes) - 1) / 2) * width for j in range(len(groups))]
+        ax.bar(xs, means, width, yerr=stds, capsize=3, label=s["method"])
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=20, ha="right")
+    ax.set_ylabel("SoPR (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

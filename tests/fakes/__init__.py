@@ -1,0 +1,1 @@
+"""Fakes of outside services (OpenAI-compatible endpoints) for tests and benchmarks."""
