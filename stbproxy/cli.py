@@ -107,9 +107,34 @@ def main() -> None:
               help="Where the interception CA lives [default: 'certs' beside the store].")
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
               help="Require proxy authentication (mandatory off loopback).")
+@click.option("--validity", type=click.Choice(["stb", "strict"]), default="stb", show_default=True,
+              help="Which real answers are valid: stb (StableToolBench's check_result, substring rules) "
+                   "or strict (HTTP status first).")
+@click.option("--faults", "faults", multiple=True, metavar="SPEC",
+              help="Inject failures, e.g. down=0.2, status=503,p=0.1,tool=weather*, timeout,api=*search*, "
+                   "latency=lognormal:200ms:0.5. Repeatable.")
+@click.option("--fault-seed", type=int, default=0, show_default=True,
+              help="The same seed fails the same tools and requests on every run and machine.")
+@click.option("--catalog", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Catalog file [default: catalog.json beside the store, written by 'stbproxy import tools'].")
+@click.option("--toolbench-url", default=None, metavar="URL",
+              help="A ToolBench-style server for the real calls behind /virtual "
+                   "(else the API's RapidAPI URL from the catalog, with $STBPROXY_RAPIDAPI_KEY).")
+@click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
+              help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
+                   "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
+                   "error). auto: llm when an LLM is configured, else schema.")
+@click.option("--sim-model", default=None, help="The simulator's model.")
+@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True)
+@click.option("--sim-max-tokens", type=click.IntRange(1), default=None)
+@click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
+@click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
+              help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, verbose):
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, validity,
+          faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
+          sim_seed, sim_concurrency, verbose):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -118,6 +143,9 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
       stbproxy serve --mode record --store runs/store
       stbproxy serve --mode replay --port 9000
       stbproxy serve --passthrough api.openai.com
+      stbproxy serve --faults down=0.2 --fault-seed 7 --simulator schema
+
+    StableToolBench clients: SERVICE_URL=http://127.0.0.1:8080/virtual
     """
     from stbproxy import mitm  # mitmproxy is heavy: imported only by commands that need it
 
@@ -139,6 +167,17 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_upstream_ca": upstream_ca,
         "stb_upstream_insecure": upstream_insecure,
         "stb_upstream_proxy": upstream_proxy,
+        "stb_validity": validity,
+        "stb_faults": list(faults),
+        "stb_fault_seed": fault_seed,
+        "stb_catalog": str(catalog) if catalog else None,
+        "stb_toolbench_url": toolbench_url,
+        "stb_simulator": simulator,
+        "stb_sim_model": sim_model,
+        "stb_sim_temperature": str(sim_temperature),
+        "stb_sim_max_tokens": sim_max_tokens,
+        "stb_sim_seed": sim_seed,
+        "stb_sim_concurrency": sim_concurrency,
     }
 
     def ready(bound_host: str, bound_port: int) -> None:
@@ -213,24 +252,53 @@ def env(host, port, store, confdir, session):
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Hosts to list.")
-def stats(store, as_json, top):
-    """Entries by source and by host, and the store's size (works while a proxy runs)."""
+@click.option("--errors", is_flag=True,
+              help="The failure taxonomy of real API answers (success, not available and its kinds, "
+                   "not authorised), as counts and shares.")
+def stats(store, as_json, top, errors):
+    """Entries by source and by host, simulator use, and the store's size.
+
+    Works while a proxy runs (the store is opened read-only).
+    """
     from stbproxy.store import Store
 
     try:
         with Store(store, readonly=True) as db:
-            result = db.stats()
+            result = db.stats(meta_fields=("failure",), sum_fields=("prompt_tokens", "completion_tokens"))
     except StbError as exc:
         fail(str(exc))
+    if errors:
+        _print_taxonomy(result.meta["failure"], as_json)
+        return
     if as_json:
         click.echo(json.dumps({"store": str(store), **result.to_dict()}, indent=2))
         return
-    click.echo(f"store {store}: {result.entries} entries, {result.logged} logged passthrough exchanges, "
+    click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
     _print_table("source", result.by_source.most_common(), result.entries)
     _print_table("host", result.by_host.most_common(top), result.entries)
+    _print_table("logged (never served)", result.logged.most_common(), sum(result.logged.values()))
+    simulated = result.by_source.get("simulated", 0)
+    failed = result.logged.get("simulated-error", 0)
+    if simulated or failed:
+        click.echo(f"\nsimulator: {simulated} answers stored, {failed} failed (not stored), "
+                   f"{result.sums['prompt_tokens']} prompt + {result.sums['completion_tokens']} completion tokens")
+
+
+def _print_taxonomy(counts, as_json: bool) -> None:
+    from stbproxy.validity import taxonomy_table
+
+    rows = taxonomy_table(counts)
+    if as_json:
+        click.echo(json.dumps([{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share}
+                               for r in rows], indent=2))
+        return
+    click.echo(f"{'kind':<22} {'count':>8} {'share':>7}")
+    for row in rows:
+        kind = str(getattr(row.kind, "value", row.kind))
+        click.echo(f"{kind:<22} {row.count:>8} {100 * row.share:>6.1f}%")
 
 
 def _print_table(title: str, rows, total: int) -> None:
@@ -241,6 +309,117 @@ def _print_table(title: str, rows, total: int) -> None:
     for name, count in rows:
         share = 100.0 * count / total if total else 0.0
         click.echo(f"{name:<{width}}  {count:>8}  {share:>5.1f}%")
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+@main.group(name="import")
+def import_group() -> None:
+    """Bring existing data into the store or the catalog."""
+
+
+@import_group.command(name="stb-cache")
+@click.argument("cache_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@store_option
+@click.option("--include-invalid", is_flag=True,
+              help="Also import cached failures (answers StableToolBench's check_result rejects).")
+@click.option("--batch", type=click.IntRange(1), default=2000, show_default=True, help="Entries per atomic write.")
+def import_stb_cache(cache_dir, store, include_invalid, batch):
+    """Import StableToolBench's response cache (<category>/<tool>/<api>.json).
+
+    Every entry is re-keyed canonically and marked 'imported'. Running it twice adds
+    nothing. Entries that cannot be read are listed with file and reason; they never
+    stop the import.
+
+    \b
+    Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
+    """
+    from stbproxy import stb_cache
+    from stbproxy.runtime import load_catalog
+    from stbproxy.settings import Settings
+    from stbproxy.store import Store
+
+    try:
+        files = stb_cache.cache_files(cache_dir)
+        catalog = load_catalog(Settings(store=store))
+        with Store(store) as db:
+            summary = _import_entries(db, files, cache_dir, catalog, include_invalid, batch)
+    except StbError as exc:
+        fail(str(exc))
+    click.echo(f"files: {summary.files}, entries read: {summary.entries}")
+    click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, "
+               f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}")
+    for problem in summary.problems[:50]:
+        click.echo(f"  unparseable: {problem}", err=True)
+    if summary.unparseable > 50:
+        click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
+
+
+def _import_entries(db, files, root, catalog, include_invalid, batch_size):
+    import time
+
+    from tqdm import tqdm
+
+    from stbproxy import stb_cache
+
+    summary = stb_cache.ImportSummary(files=len(files))
+    pending: dict[str, object] = {}
+    now = time.time()
+
+    def flush():
+        db.put_many(list(pending.values()))
+        pending.clear()
+
+    with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar:
+        for path in files:
+            for exchange in stb_cache.read_cache_file(path, root, catalog=catalog, include_invalid=include_invalid,
+                                                      now=now, summary=summary):
+                if exchange.key in pending or exchange.key in db:
+                    summary.duplicates += 1
+                    continue
+                pending[exchange.key] = exchange
+                summary.imported += 1
+                if len(pending) >= batch_size:
+                    flush()
+            bar.update(1)
+            bar.set_postfix(entries=summary.entries, refresh=False)
+        flush()
+    return summary
+
+
+@import_group.command(name="tools")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@store_option
+@click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Catalog file to update [default: catalog.json beside the store].")
+def import_tools(sources, store, catalog):
+    """Load ToolBench tool docs (a tools/<Category>/<tool>.json folder) and StableToolBench
+    query files (G*_*.json, which add parameters and template responses) into the catalog
+    that the proxy routes and simulates with.
+
+    \b
+    Example: stbproxy import tools data/toolenv/tools solvable_queries/test_instruction/*.json
+    """
+    from stbproxy.catalog import Catalog
+    from stbproxy.settings import catalog_path_for
+
+    target = catalog or catalog_path_for(store)
+    try:
+        known = Catalog.load(target) if target.exists() else Catalog()
+        before = len(known)
+        for source in sources:
+            report = known.load_tools_dir(source) if source.is_dir() else known.load_query_file(source)
+            click.echo(f"{source}: {report.loaded} APIs loaded, {len(report.skipped)} skipped")
+            for skipped in report.skipped[:20]:
+                click.echo(f"  skipped: {skipped.file}: {skipped.reason}", err=True)
+            if len(report.skipped) > 20:
+                click.echo(f"  ... and {len(report.skipped) - 20} more", err=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        known.save(target)
+    except StbError as exc:
+        fail(str(exc))
+    click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)")
 
 
 if __name__ == "__main__":

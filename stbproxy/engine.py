@@ -18,13 +18,16 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Mapping, Protocol
 
-from stbproxy import keys
+from stbproxy import keys, validity
+from stbproxy.catalog import Catalog
 from stbproxy.errors import StbError, UpstreamError
+from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Mode, Request, Response, Source
 from stbproxy.redact import redact_request, redact_response, secret_values
+from stbproxy.routing import Call, http_call
 
 log = logging.getLogger("stbproxy")
 
@@ -39,22 +42,6 @@ CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itse
 
 class UpstreamClient(Protocol):
     async def send(self, request: Request) -> tuple[Response, float]: ...
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Whether a real answer may be stored and served as real, and why not."""
-
-    valid: bool
-    reason: str = ""
-    failure: str = "success"  # the failure taxonomy's kind, kept with the entry
-
-
-def status_validity(response: Response) -> Verdict:
-    """The fallback policy: server errors and rate limits are not real answers."""
-    if response.status >= 500 or response.status == 429:
-        return Verdict(False, f"upstream answered HTTP {response.status}", "not_connected")
-    return Verdict(True)
 
 
 @dataclass(frozen=True)
@@ -101,6 +88,7 @@ class EngineConfig:
     passthrough: tuple[str, ...] = ()  # host globs, e.g. "api.openai.com", "*.openai.azure.com"
     rules: KeyRules = DEFAULT_RULES
     max_body_bytes: int = DEFAULT_MAX_BODY
+    validity: validity.Policy = "stb"  # which answers count as real (validity.py)
 
 
 @dataclass(frozen=True)
@@ -108,6 +96,7 @@ class Answer:
     response: Response  # carries the X-Stb-Source header
     source: Source | str
     key: str | None = None
+    meta: Mapping = field(default_factory=dict)  # the entry's facts (error text, taxonomy, model)
 
 
 class Engine:
@@ -118,30 +107,46 @@ class Engine:
         config: EngineConfig = EngineConfig(),
         *,
         simulator: Simulator | None = None,
-        validity: Callable[[Response], Verdict] = status_validity,
+        catalog: Catalog | None = None,
+        faults: FaultPlan = FaultPlan(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.upstream = upstream
         self.config = config
         self.simulator = simulator or NoSimulator()
-        self.validity = validity
+        self.catalog = catalog
+        self.faults = faults
         self.clock = clock
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
         self._log_seq = 0
 
-    # entry point ----------------------------------------------------------------------
+    # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request) -> Answer:
+        """A request from the HTTP proxy."""
         if self.is_passthrough(request.host):
             return await self._passthrough(request)
-        key = keys.request_key(request, self.config.rules)
-        if self.config.mode is not Mode.RECORD:
-            hit = self.store.get(key)
+        return await self.answer(http_call(request, self.catalog, self.config.rules))
+
+    async def answer(self, call: Call) -> Answer:
+        """The calling rules for one routed call (HTTP proxy and /virtual alike)."""
+        mode = self.config.mode
+        if mode is Mode.REPLAY and self.faults:
+            # Replay never reaches a real API, so faults apply before the store: a
+            # regression test can still check how an agent copes with failures.
+            decision = self._decide(call)
+            if decision.latency:
+                await asyncio.sleep(decision.latency)
+            if decision.failed:
+                return self._injected(call, decision)
+        if mode is not Mode.RECORD:
+            hit = self.store.get(call.key)
             if hit is not None:
-                return Answer(hit.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, key)
-        if self.config.mode is Mode.REPLAY:
-            return self._replay_miss(request, key)
-        return await self._shared(key, lambda: self._miss(request, key))
+                return Answer(hit.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, call.key,
+                              hit.meta)
+        if mode is Mode.REPLAY:
+            return self._replay_miss(call)
+        return await self._shared(call.key, lambda: self._miss(call))
 
     def is_passthrough(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host, pattern) for pattern in self.config.passthrough)
@@ -157,34 +162,84 @@ class Engine:
         # shield: one client hanging up must not cancel the call the others wait for
         return await asyncio.shield(task)
 
-    async def _miss(self, request: Request, key: str) -> Answer:
-        try:
-            response, seconds = await self.upstream.send(request)
-        except UpstreamError as exc:
-            log.info("upstream failed for %s: %s", self._loggable(request), exc)
+    async def _miss(self, call: Call) -> Answer:
+        decision = self._decide(call)
+        if decision.latency:
+            await asyncio.sleep(decision.latency)
+        if decision.failed:
             if self.config.mode is Mode.RECORD:
-                return self._answer(error_object_response(str(exc), status=502), Source.UPSTREAM, key)
-            return await self._simulate(request, key, str(exc))
+                return self._injected(call, decision)  # record mode: the client sees the fault
+            return await self._simulate(call, f"injected fault {decision.rule}")
+        if call.upstream is None:
+            return await self._unavailable(call, UpstreamError("no real API is known for this call"))
+        try:
+            response, seconds = await self.upstream.send(call.upstream)
+        except UpstreamError as exc:
+            return await self._unavailable(call, exc)
 
-        verdict = self.validity(response)
+        response, verdict, meta = self._judge(call, response)
         if self.config.mode is Mode.VIRTUAL and not verdict.valid:
-            log.info("invalid upstream answer for %s: %s", self._loggable(request), verdict.reason)
-            return await self._simulate(request, key, verdict.reason)
-        self._save(request, response, key, Source.UPSTREAM, seconds, {"failure": verdict.failure})
-        return self._answer(response, Source.UPSTREAM, key)
+            log.info("invalid upstream answer for %s: %s", self._loggable(call.request), verdict.reason)
+            self._save(call, response, self._log_key("invalid", call), Source.UPSTREAM, seconds, meta)
+            return await self._simulate(call, verdict.reason)
+        self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
+        return self._answer(response, Source.UPSTREAM, call.key, meta)
 
-    async def _simulate(self, request: Request, key: str, reason: str) -> Answer:
-        job = SimulationRequest(request, key, None, reason)
+    async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
+        log.info("upstream failed for %s: %s", self._loggable(call.request), exc)
+        if self.config.mode is Mode.RECORD:
+            return self._answer(error_object_response(str(exc), status=502), Source.UPSTREAM, call.key)
+        return await self._simulate(call, str(exc))
+
+    def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
+        """Validity and failure taxonomy of a real answer, and the response to keep."""
+        meta: dict = {}
+        if call.reply_format == "virtual":
+            # A ToolBench-style server answers {"error", "response"}: keep the API's own
+            # body as the stored response, and its error text beside it.
+            try:
+                obj = json.loads(response.body)
+            except (ValueError, UnicodeDecodeError):
+                obj = None
+            verdict = validity.judge_object(obj, self.config.validity)
+            if isinstance(obj, dict):
+                meta["error"] = str(obj.get("error") or "")
+                response = api_body_response(obj.get("response"))
+        else:
+            verdict = validity.judge(response.status, response.body, response.header("content-type"),
+                                     self.config.validity)
+        meta["failure"] = verdict.failure.value
+        return response, verdict, meta
+
+    async def _simulate(self, call: Call, reason: str) -> Answer:
+        job = SimulationRequest(call.request, call.key, call.api, reason)
         try:
             result = await self.simulator.simulate(job)
         except StbError as exc:
             result = Simulation(error_object_response(f"Simulation failed: {exc}"), ok=False)
         if not result.ok:
-            return self._answer(result.response, Source.SIMULATED_ERROR, key)
-        self._save(request, result.response, key, Source.SIMULATED, None, result.meta)
-        return self._answer(result.response, Source.SIMULATED, key)
+            self._save(call, result.response, self._log_key("simulated-error", call), Source.SIMULATED_ERROR,
+                       None, {"reason": reason, **result.meta})
+            return self._answer(result.response, Source.SIMULATED_ERROR, call.key)
+        self._save(call, result.response, call.key, Source.SIMULATED, None, result.meta)
+        return self._answer(result.response, Source.SIMULATED, call.key, result.meta)
 
-    def _replay_miss(self, request: Request, key: str) -> Answer:
+    def _decide(self, call: Call) -> Decision:
+        if not self.faults:
+            return NO_FAULT
+        tool, api = (call.api.tool, call.api.api) if call.api else (None, None)
+        return self.faults.decide(call.host, tool, api, call.key)
+
+    def _injected(self, call: Call, decision: Decision) -> Answer:
+        response = decision.make_response()
+        if response is None:  # down, refused, timed out: no HTTP answer to relay
+            error = decision.upstream_error()
+            status = 504 if error is not None and error.kind == "timeout" else 502
+            response = error_object_response(str(error), status=status).with_header("X-Stb-Fault", decision.rule)
+        return self._answer(response, Source.INJECTED, call.key)
+
+    def _replay_miss(self, call: Call) -> Answer:
+        request, key = call.request, call.key
         incoming = keys.canonical(request, self.config.rules)
         explanation: dict = {
             "error": "stbproxy replay: no stored answer for this request",
@@ -192,7 +247,7 @@ class Engine:
             "key": key,
             "closest": None,
         }
-        closest = self.closest(request)
+        closest = self.closest(call)
         if closest is not None:
             stored, differences = closest
             explanation["closest"] = {
@@ -207,11 +262,14 @@ class Engine:
         response = Response(404, (("Content-Type", "application/json"),), body)
         return Answer(response.with_header(SOURCE_HEADER, MISS), MISS, key)
 
-    def closest(self, request: Request) -> tuple[Exchange, list[keys.Difference]] | None:
-        """The stored request nearest to this one (same host first), with the differences."""
-        incoming = keys.canonical(request, self.config.rules)
-        best: tuple[int, Exchange, list[keys.Difference]] | None = None
-        for prefix in (f"http/{incoming.host}/{incoming.method}/", f"http/{incoming.host}/", "http/"):
+    def closest(self, call: Call) -> tuple[Exchange, list[keys.Difference]] | None:
+        """The stored request nearest to this call (same API or host first), with the differences."""
+        incoming = keys.canonical(call.request, self.config.rules)
+        prefixes = [f"http/{incoming.host}/{incoming.method}/", f"http/{incoming.host}/", "http/"]
+        if call.api is not None:
+            prefixes.insert(0, keys.api_prefix(call.api))
+        for prefix in prefixes:
+            best: tuple[int, Exchange, list[keys.Difference]] | None = None
             for n, stored in enumerate(self.store.scan(prefix)):
                 if n >= CLOSEST_SCAN_LIMIT:
                     break
@@ -224,18 +282,24 @@ class Engine:
 
     # passthrough ----------------------------------------------------------------------
     async def _passthrough(self, request: Request) -> Answer:
+        call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
         try:
             response, seconds = await self.upstream.send(request)
         except UpstreamError as exc:
             return self._answer(error_object_response(str(exc), status=502), Source.PASSTHROUGH, None)
-        self._log_seq += 1
-        log_key = f"log/passthrough/{request.host}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
-        self._save(request, response, log_key, Source.PASSTHROUGH, seconds, {})
+        log_key = self._log_key("passthrough", call)
+        self._save(call, response, log_key, Source.PASSTHROUGH, seconds, {})
         return self._answer(response, Source.PASSTHROUGH, log_key)
 
     # storing --------------------------------------------------------------------------
-    def _save(self, request: Request, response: Response, key: str, source: Source,
+    def _log_key(self, kind: str, call: Call) -> str:
+        """A key under log/: kept for the record, never served as an answer."""
+        self._log_seq += 1
+        return f"log/{kind}/{call.host or '-'}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
+
+    def _save(self, call: Call, response: Response, key: str, source: Source,
               seconds: float | None, meta: dict) -> None:
+        request = call.request
         cap = self.config.max_body_bytes
         if len(request.body) > cap or len(response.body) > cap:
             log.warning(
@@ -251,6 +315,7 @@ class Engine:
             source=source,
             stored_at=self.clock(),
             upstream_seconds=seconds,
+            api=call.api,
             meta=meta,
         )
         try:
@@ -258,8 +323,16 @@ class Engine:
         except StbError as exc:  # a full disk must not take the answer away from the client
             log.error("could not store %s: %s", self._loggable(request), exc)
 
-    def _answer(self, response: Response, source: Source, key: str | None) -> Answer:
-        return Answer(response.with_header(SOURCE_HEADER, source.value), source, key)
+    def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None) -> Answer:
+        return Answer(response.with_header(SOURCE_HEADER, source.value), source, key, meta or {})
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_request(request, self.config.rules).url}"
+
+
+def api_body_response(value) -> Response:
+    """An API's answer value (JSON or text) as the HTTP response the API would have sent."""
+    if isinstance(value, str):
+        return Response(200, (("Content-Type", "text/plain; charset=utf-8"),), value.encode("utf-8", "surrogatepass"))
+    body = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return Response(200, (("Content-Type", "application/json"),), body)

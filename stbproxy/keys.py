@@ -102,13 +102,23 @@ def request_key(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
 def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
     """``api/<category>/<tool>/<api>/<digest>``: one key per API call, whatever the wire form.
 
-    Args are compared as JSON values with sorted keys, so the same call made as a GET
-    query, a JSON body or over /virtual gets the same key once the values agree.
+    Argument values are compared as text (``1``, ``"1"`` and ``?page=1`` agree), because
+    the same call arrives as a query string over HTTP and as typed JSON over /virtual.
     """
-    kept = {k: v for k, v in args.items() if k.lower() not in rules.unkeyed_fields}
-    material = json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    kept = {k: arg_text(v) for k, v in args.items() if k.lower() not in rules.unkeyed_fields}
+    material = json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{api_prefix(api)}{digest}"
+
+
+def arg_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def api_prefix(api: ApiRef) -> str:

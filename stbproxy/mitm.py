@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -23,7 +24,8 @@ from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.models import Request, Response
 from stbproxy.runtime import Runtime
-from stbproxy.settings import Settings, parse_mode, parse_timeout
+from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
+from stbproxy.virtual_api import virtual_headers
 from stbproxy.store import default_store_path
 
 log = logging.getLogger("stbproxy")
@@ -84,6 +86,17 @@ class StbAddon:
         loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
         loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
         loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
+        loader.add_option("stb_validity", str, "stb", "Which real answers are valid: stb (StableToolBench's check_result) or strict (HTTP status first).")
+        loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
+        loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
+        loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json beside the store, if present).")
+        loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
+        loader.add_option("stb_simulator", str, "auto", "auto, llm, schema or off (auto: llm when an LLM is configured, else schema).")
+        loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
+        loader.add_option("stb_sim_temperature", str, "0", "The simulator's sampling temperature.")
+        loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
+        loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
+        loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
 
     def configure(self, updated: set[str]) -> None:
         if self.settings is not None and not any(name.startswith("stb_") for name in updated):
@@ -117,7 +130,7 @@ class StbAddon:
         if flow.response is not None or flow.error is not None:
             return  # another addon answered, or the flow is dead
         if addressed_to_proxy(flow):
-            flow.response = self.own_endpoint(flow)
+            flow.response = await self.own_endpoint(flow)
             return
         try:
             answer = await self.open_runtime().engine.handle(request_from_flow(flow))
@@ -129,13 +142,26 @@ class StbAddon:
         flow.metadata["stb_source"] = str(getattr(answer.source, "value", answer.source))
         flow.metadata["stb_key"] = answer.key
 
-    def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
-        """A request sent to the proxy's own address (not proxied): never forward it to ourselves."""
+    async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
+        """A request to the proxy's own address (not proxied): /virtual, or a pointer to usage.
+
+        Never forwarded: that would send the proxy a request to itself, forever.
+        """
+        if flow.request.path.split("?", 1)[0].rstrip("/") == "/virtual":
+            if flow.request.method != "POST":
+                return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
+            try:
+                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"")
+            except Exception as exc:  # never a 500 for one bad call
+                log.exception("stbproxy /virtual failed")
+                return json_response(200, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
+            flow.metadata["stb_source"] = reply.source
+            return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
         return json_response(
             404,
             {
                 "error": f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; "
-                "use this address as HTTP_PROXY / HTTPS_PROXY",
+                "use this address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual",
                 "response": "",
             },
             "error",
@@ -168,11 +194,11 @@ def settings_from_options(opts) -> Settings:
 
     if opts.stb_max_body < 0:
         raise exceptions.OptionsError("stb_max_body: must be 0 or more bytes")
-    for name in ("stb_upstream_ca",):
+    for name in ("stb_upstream_ca", "stb_catalog"):
         value = getattr(opts, name)
         if value and not Path(value).is_file():
             raise exceptions.OptionsError(f"{name}: no such file: {value}")
-    return Settings(
+    values = dict(
         store=Path(opts.stb_store) if opts.stb_store else default_store_path(),
         mode=checked("stb_mode", parse_mode),
         passthrough=tuple(opts.stb_passthrough),
@@ -184,7 +210,33 @@ def settings_from_options(opts) -> Settings:
         upstream_ca=opts.stb_upstream_ca,
         upstream_insecure=opts.stb_upstream_insecure,
         upstream_proxy=opts.stb_upstream_proxy,
+        validity=opts.stb_validity,
+        faults=tuple(opts.stb_faults),
+        fault_seed=opts.stb_fault_seed,
+        catalog=Path(opts.stb_catalog) if opts.stb_catalog else None,
+        toolbench_url=opts.stb_toolbench_url,
+        # A key for real RapidAPI calls made on behalf of /virtual: from the environment
+        # only, so that it never shows among mitmproxy's (printable) options.
+        rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
+        simulator=opts.stb_simulator,
+        sim_model=opts.stb_sim_model,
+        sim_temperature=checked("stb_sim_temperature", parse_temperature),
+        sim_max_tokens=opts.stb_sim_max_tokens,
+        sim_seed=opts.stb_sim_seed,
+        sim_concurrency=opts.stb_sim_concurrency,
     )
+    try:
+        return Settings(**values)
+    except ConfigError as exc:
+        raise exceptions.OptionsError(f"{_option_named_in(str(exc))}: {exc}") from exc
+
+
+def _option_named_in(message: str) -> str:
+    for word, option in (("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
+                         ("simulator", "stb_simulator"), ("fault", "stb_faults")):
+        if word in message:
+            return option
+    return "stb options"
 
 
 def addressed_to_proxy(flow: http.HTTPFlow) -> bool:

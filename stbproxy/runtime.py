@@ -1,11 +1,47 @@
-"""Builds the running parts (store, upstream client, engine) from Settings, and closes them."""
+"""Builds the running parts (store, catalog, upstream client, simulator, engine, /virtual)
+from Settings, and closes them."""
 
 from __future__ import annotations
 
+import logging
+
+from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.settings import Settings
 from stbproxy.store import Store
 from stbproxy.upstream import Upstream
+from stbproxy.virtual_api import VirtualApi
+
+log = logging.getLogger("stbproxy")
+
+
+def load_catalog(settings: Settings) -> Catalog | None:
+    path = settings.catalog_path()
+    if not path.exists():
+        if settings.catalog is not None:
+            from stbproxy.errors import ConfigError
+
+            raise ConfigError(f"no catalog file at {path} (create one with 'stbproxy import tools')")
+        return None
+    catalog = Catalog.load(path)
+    log.info("catalog: %d APIs from %s", len(catalog), path)
+    return catalog
+
+
+def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
+    from stbproxy import simulator  # the only importer of openai: loaded when a proxy runs
+
+    optional = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
+    config = simulator.SimulatorConfig(
+        kind=None if settings.simulator == "auto" else settings.simulator,
+        model=settings.sim_model,
+        temperature=settings.sim_temperature,
+        seed=settings.sim_seed,
+        concurrency=settings.sim_concurrency,
+        timeout=settings.sim_timeout,
+        **optional,
+    )
+    return simulator.build_simulator(config, catalog, store, rules=settings.key_rules())
 
 
 class Runtime:
@@ -13,13 +49,18 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.catalog = load_catalog(settings)  # before the store: a bad file leaves nothing open
         self.store = Store(settings.store)
         try:
             self.upstream = Upstream(settings.upstream_config())
+            self.simulator = build_simulator(settings, self.catalog, self.store)
         except Exception:
             self.store.close()
             raise
-        self.engine = Engine(self.store, self.upstream, settings.engine_config())
+        self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
+                             catalog=self.catalog, faults=settings.fault_plan())
+        self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
+                                  rapidapi_key=settings.rapidapi_key)
 
     async def aclose(self) -> None:
         try:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
+from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.models import Mode
 from stbproxy.upstream import UpstreamConfig
+from stbproxy.validity import POLICIES
+
+SIMULATORS = ("auto", "llm", "schema", "off")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,34 @@ class Settings:
     upstream_ca: str | None = None
     upstream_insecure: bool = False
     upstream_proxy: str | None = None
+    validity: str = "stb"
+    faults: tuple[str, ...] = ()
+    fault_seed: int = 0
+    catalog: Path | None = None  # None: catalog.json beside the store, when it exists
+    toolbench_url: str | None = None
+    rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
+    simulator: str = "auto"
+    sim_model: str | None = None
+    sim_temperature: float = 0.0
+    sim_max_tokens: int | None = None
+    sim_seed: int | None = None
+    sim_concurrency: int = 16
+    sim_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.validity not in POLICIES:
+            raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(POLICIES)}")
+        if self.simulator not in SIMULATORS:
+            raise ConfigError(f"simulator {self.simulator!r} is not one of {', '.join(SIMULATORS)}")
+        if self.sim_concurrency < 1:
+            raise ConfigError("simulator concurrency must be at least 1")
+        self.fault_plan()  # a malformed spec is refused at start, naming the bad part
+
+    def fault_plan(self) -> FaultPlan:
+        return FaultPlan.from_specs(self.faults, self.fault_seed)
+
+    def catalog_path(self) -> Path:
+        return self.catalog or catalog_path_for(self.store)
 
     def key_rules(self) -> KeyRules:
         return KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields)
@@ -35,6 +67,7 @@ class Settings:
             passthrough=tuple(h.lower() for h in self.passthrough),
             rules=self.key_rules(),
             max_body_bytes=self.max_body_bytes,
+            validity=self.validity,
         )
 
     def upstream_config(self) -> UpstreamConfig:
@@ -62,3 +95,18 @@ def parse_timeout(value: str | float) -> float:
     if not 0 < seconds <= 3600:
         raise ConfigError(f"timeout {value!r} must be between 0 and 3600 seconds")
     return seconds
+
+
+def catalog_path_for(store: Path) -> Path:
+    """Where `stbproxy import tools` keeps the catalog the proxy loads: beside the store."""
+    return store.parent / "catalog.json"
+
+
+def parse_temperature(value: str | float) -> float:
+    try:
+        temperature = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"temperature {value!r} is not a number") from None
+    if not 0 <= temperature <= 2:
+        raise ConfigError(f"temperature {value!r} must be between 0 and 2")
+    return temperature

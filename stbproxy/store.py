@@ -113,22 +113,24 @@ def decode_exchange(key: str, value: bytes) -> Exchange:
 @dataclass
 class StoreStats:
     entries: int = 0
-    logged: int = 0
     damaged: int = 0
     size_bytes: int = 0
     by_source: Counter = field(default_factory=Counter)
     by_host: Counter = field(default_factory=Counter)
-    meta: dict[str, Counter] = field(default_factory=dict)
+    logged: Counter = field(default_factory=Counter)  # log/<kind>/...: kept, never served
+    meta: dict[str, Counter] = field(default_factory=dict)  # value counts of chosen meta keys
+    sums: Counter = field(default_factory=Counter)  # totals of chosen numeric meta keys
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "entries": self.entries,
-            "logged": self.logged,
             "damaged": self.damaged,
             "size_bytes": self.size_bytes,
             "by_source": dict(self.by_source.most_common()),
             "by_host": dict(self.by_host.most_common()),
+            "logged": dict(self.logged.most_common()),
             **{name: dict(counter.most_common()) for name, counter in self.meta.items()},
+            **dict(self.sums),
         }
 
 
@@ -231,10 +233,13 @@ class Store:
         self._call(self._db.put, (META_PREFIX + name).encode(), json.dumps(document).encode())
 
     # reporting ------------------------------------------------------------------------
-    def stats(self, *, meta_fields: tuple[str, ...] = ()) -> StoreStats:
-        """Counts by source and host; ``meta_fields`` also counts values of those meta keys."""
+    def stats(self, *, meta_fields: tuple[str, ...] = (), sum_fields: tuple[str, ...] = ()) -> StoreStats:
+        """Counts by source and host, logged records by kind, and chosen meta facts
+        (``meta_fields``: counts of their values; ``sum_fields``: their totals), over both
+        cache entries and logged records."""
         result = StoreStats(size_bytes=directory_size(self.path))
         result.meta = {name: Counter() for name in meta_fields}
+        result.sums = Counter({name: 0 for name in sum_fields})
         for prefix in (*ENTRY_PREFIXES, LOG_PREFIX):
             for raw_key, value in self._items(prefix):
                 try:
@@ -243,15 +248,18 @@ class Store:
                     result.damaged += 1
                     continue
                 if prefix == LOG_PREFIX:
-                    result.logged += 1
-                    continue
-                result.entries += 1
-                result.by_source[head.get("source", "?")] += 1
-                result.by_host[_host_of(head["request"]["url"])] += 1
+                    result.logged[raw_key.decode().split("/", 2)[1]] += 1
+                else:
+                    result.entries += 1
+                    result.by_source[head.get("source", "?")] += 1
+                    result.by_host[_host_of(head["request"]["url"])] += 1
                 meta = head.get("meta") or {}
                 for name in meta_fields:
                     if name in meta:
                         result.meta[name][str(meta[name])] += 1
+                for name in sum_fields:
+                    if isinstance(meta.get(name), (int, float)):
+                        result.sums[name] += meta[name]
         return result
 
     # internals ------------------------------------------------------------------------

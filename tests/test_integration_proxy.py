@@ -116,7 +116,7 @@ def test_https_record_then_replay_through_the_interception_ca(tmp_path, tls_upst
 
 def test_proxy_keeps_serving_after_bad_upstreams(tmp_path, upstream):
     store = tmp_path / "stb" / "store"
-    with ProxyProcess(store, "--upstream-timeout", "0.5") as proxy:
+    with ProxyProcess(store, "--upstream-timeout", "0.5", "--simulator", "off") as proxy:
         env = proxy.client_env()
         seen = agent(env, [
             {"method": "GET", "url": upstream.url("/reset")},
@@ -132,6 +132,14 @@ def test_proxy_keeps_serving_after_bad_upstreams(tmp_path, upstream):
     assert all(json.loads(s["body"])["response"] == "" for s in seen[:4])
     assert seen[4]["status"] == 200 and json.loads(seen[4]["body"])["body"] == "{not json"
     assert seen[5]["status"] == 200 and seen[5]["source"] == "upstream"
+
+
+def test_default_offline_simulator_answers_when_the_api_is_gone(tmp_path):
+    store = tmp_path / "stb" / "store"
+    with ProxyProcess(store) as proxy:
+        first, again = agent(proxy.client_env(), [{"method": "GET", "url": "http://127.0.0.1:9/gone?q=1"}] * 2)
+    assert (first["status"], first["source"]) == (200, "simulated")
+    assert again["source"] == "cache" and again["body"] == first["body"]
 
 
 def test_stats_reads_the_store_while_the_proxy_holds_it(tmp_path, upstream):

@@ -127,7 +127,7 @@ def test_stats_counts_by_source_and_host(tmp_path):
         store.put(exchange("http/h/GET/p/2", source=Source.SIMULATED))
         store.put(exchange("log/passthrough/h/1", source=Source.PASSTHROUGH))
         result = store.stats()
-    assert result.entries == 2 and result.logged == 1
+    assert result.entries == 2 and result.logged == {"passthrough": 1}
     assert result.by_source == {"upstream": 1, "simulated": 1}
     assert result.by_host == {"h": 2}
     assert result.size_bytes > 0

@@ -1,0 +1,110 @@
+"""From a request to a Call: which API it is (if the catalog knows) and its one key.
+
+Pure. A request the catalog maps gets the key (category, tool, api, canonical args),
+where args merge path, query and body parameters, so the same call made over the HTTP
+proxy and over /virtual meets the same store entry. Anything else gets the generic
+request key of keys.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+from stbproxy import keys
+from stbproxy.catalog import ApiDoc, Catalog
+from stbproxy.keys import KeyRules
+from stbproxy.models import ApiRef, Request
+
+ReplyFormat = Literal["http", "virtual"]
+VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call to answer: its key, its API if known, and how to reach the real thing."""
+
+    key: str
+    request: Request  # what the client sent (stored redacted)
+    upstream: Request | None  # what to send to the real API; None when none is known
+    api: ApiRef | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+    host: str = ""  # for fault scoping and passthrough
+    reply_format: ReplyFormat = "http"  # "virtual": the upstream answers {error, response}
+
+
+def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
+    """A proxied HTTP request: API-keyed when the catalog routes it, else generic."""
+    match = catalog.route(request.method, request.url, request.headers) if catalog else None
+    if match is None:
+        return Call(keys.request_key(request, rules), request, request, host=request.host)
+    args = {**request_args(request), **match.path_params}
+    ref = match.doc.ref
+    return Call(keys.api_key(ref, args, rules), request, request, ref, args, request.host)
+
+
+def request_args(request: Request) -> dict[str, Any]:
+    """Query and body parameters as one mapping (body wins on a clash, as servers read it)."""
+    try:
+        query = urlsplit(request.url).query
+    except ValueError:
+        query = ""
+    args: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
+    content_type = request.header("content-type")
+    if request.body and keys.is_json_type(content_type):
+        try:
+            value = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError):
+            value = None
+        if isinstance(value, dict):
+            args.update(value)
+        elif value is not None:
+            args["_body"] = value
+    elif request.body and keys.is_form_type(content_type):
+        try:
+            args.update(parse_qsl(request.body.decode("utf-8"), keep_blank_values=True))
+        except UnicodeDecodeError:
+            pass
+    return args
+
+
+def api_request(doc: ApiDoc, args: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> Request | None:
+    """The RapidAPI-style HTTP request that calls ``doc`` with ``args``; None without a URL."""
+    if not doc.url:
+        return None
+    url, rest = fill_path(doc.url, args)
+    method = (doc.method or "GET").upper()
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return None
+    base_headers = (("X-RapidAPI-Host", host),) + tuple(headers)
+    if method in ("GET", "DELETE", "HEAD") or not rest:
+        query = urlencode({k: keys.arg_text(v) for k, v in rest.items()})
+        separator = "&" if "?" in url else "?"
+        return Request(method, url + (separator + query if query else ""), base_headers)
+    body = json.dumps(dict(rest), ensure_ascii=False).encode()
+    return Request(method, url, base_headers + (("Content-Type", "application/json"),), body)
+
+
+def fill_path(url: str, args: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Substitute ``{param}`` templates from args; the args left over go in query or body."""
+    rest = dict(args)
+    for name in list(rest):
+        token = "{" + name + "}"
+        if token in url:
+            url = url.replace(token, quote(keys.arg_text(rest.pop(name)), safe=""))
+    return url, rest
+
+
+def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> Request:
+    """The request kept with an API entry: the real call when the URL is known, else a
+    stand-in naming the API, so that every entry can be shown, diffed and exported."""
+    real = api_request(doc, args) if doc is not None else None
+    if real is not None:
+        return real
+    body = json.dumps(dict(args), sort_keys=True, ensure_ascii=False, default=str).encode()
+    return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
+                   (("Content-Type", "application/json"),), body)
