@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -242,6 +243,11 @@ class _Server(ThreadingHTTPServer):
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._open_lock:
             (self._open.add if alive else self._open.discard)(conn)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (a timeout, a killed process) is normal here, not news.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         # Keep-alive connections park a handler thread in recv(); closing the sockets

@@ -110,3 +110,9 @@ class Script:
             r = self.seen[(fn, query, side)]
             self.seen[(fn, query, side)] += 1
             return r
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The cells of every Markdown table row in ``markdown`` (rules left out)."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in markdown.splitlines()
+            if line.startswith("|") and not line.startswith("|-")]
