@@ -18,7 +18,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from stbproxy.models import ApiRef, Request
 
 # Headers never part of a key and always redacted before storage.
-SECRET_HEADERS = frozenset({"x-rapidapi-key", "authorization", "proxy-authorization", "cookie"})
+# ToolBench's client sends its key as a "toolbench_key" header as well as in the body.
+SECRET_HEADERS = frozenset({"x-rapidapi-key", "authorization", "proxy-authorization", "cookie", "toolbench_key"})
 # Query and body fields that are secret by default. Names like "key" or "token" are real
 # arguments of some APIs, so users add them explicitly (KeyRules.extra_secret_fields).
 SECRET_FIELDS = frozenset({"api_key", "apikey", "access_token", "toolbench_key"})

@@ -100,6 +100,17 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("X-RapidAPI-Key", "")
         self.send(200, json.dumps({"your_key": key}).encode(), headers=[("X-Echo-Key", key)])
 
+    def route_virtual(self, _rest, _query, body) -> None:
+        # A ToolBench-style server: {"error", "response"} for a /virtual call.
+        call = json.loads(body)
+        args = json.loads(call["tool_input"] or "{}")
+        self.server.owner.toolbench_keys.append(call.get("toolbench_key"))
+        if args.get("fail"):
+            answer = {"error": "", "response": "API rate limit exceeded"}
+        else:
+            answer = {"error": "", "response": {"api": call["api_name"], "args": args, "from": "toolbench"}}
+        self.send(200, json.dumps(answer).encode())
+
     def route_sse(self, _rest, _query, _body) -> None:
         events = b"".join(f"data: {json.dumps({'n': i})}\n\n".encode() for i in range(3)) + b"data: [DONE]\n\n"
         self.send(200, events, "text/event-stream")
@@ -122,6 +133,7 @@ class Upstream:
     def __init__(self, tls: "TestCA | None" = None) -> None:
         self.hits: Counter[str] = Counter()
         self.requests: list[tuple[str, str, dict, bytes]] = []
+        self.toolbench_keys: list[str | None] = []
         context = tls.server_context() if tls else None
         self.scheme = "https" if tls else "http"
         self._server = _Server(self, context)

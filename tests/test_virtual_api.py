@@ -1,0 +1,231 @@
+"""POST /virtual: parsing, the calling rules behind it, and StableToolBench clients end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.engine import Engine, EngineConfig
+from stbproxy.models import Mode, Request
+from stbproxy.routing import http_call
+from stbproxy.keys import DEFAULT_RULES
+from stbproxy.store import Store
+from stbproxy.upstream import Upstream, UpstreamConfig
+from stbproxy.virtual_api import VirtualApi, VirtualReply, parse
+from tests.servers import ProxyProcess
+
+TOOLBENCH_KEY = "tbk-never-store-me-31337"
+
+
+def body(**fields) -> bytes:
+    base = {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert",
+            "tool_input": '{"id_conc": "1"}', "strip": "truncate", "toolbench_key": TOOLBENCH_KEY}
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+# -- parsing ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("raw,status,message", [
+    (b"not json", 422, "not JSON"),
+    (b"[1, 2]", 422, "JSON object"),
+    (body(category=...), 422, "'category' is missing"),
+    (body(api_name=...), 422, "'api_name' is missing"),
+    (body(tool_name=7), 422, "'tool_name' must be a string"),
+    (body(tool_input=[1]), 422, "'tool_input' must be a JSON string or object"),
+    (body(tool_input="{oops"), 200, "tool_input is not valid JSON"),
+    (body(tool_input="[1, 2]"), 200, "JSON object of arguments"),
+])
+def test_bad_bodies_get_a_clear_error_naming_the_problem(raw, status, message):
+    reply = parse(raw)
+    assert isinstance(reply, VirtualReply)
+    assert reply.status == status and message in reply.document["error"]
+    assert reply.document["response"] == ""
+
+
+@pytest.mark.parametrize("tool_input,args", [
+    ('{"a": 1, "b": "x"}', {"a": 1, "b": "x"}), ("", {}), ("  ", {}), ({"a": 2}, {"a": 2}), (None, {}),
+])
+def test_tool_input_forms(tool_input, args):
+    parsed = parse(body(tool_input=tool_input))
+    assert parsed.args == args and parsed.api_name == "Songkick concert"
+
+
+# -- the calling rules behind /virtual ---------------------------------------------------------
+def weather_catalog(base_url: str | None) -> Catalog:
+    return Catalog([ApiDoc(
+        category="Weather", tool="Open Weather", api="Forecast by city",
+        url=f"{base_url}/echo/{{city}}" if base_url else None, method="GET",
+        required_parameters=(Param("city", "STRING"),), optional_parameters=(Param("days", "NUMBER"),),
+        template_response={"temp": "float", "summary": "str"},
+    )])
+
+
+def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None, timeout=5.0):
+    async def main():
+        upstream = Upstream(UpstreamConfig(timeout=timeout))
+        engine = Engine(store, upstream, EngineConfig(mode=mode), catalog=catalog)
+        api = VirtualApi(engine, catalog, toolbench_url=toolbench_url)
+        try:
+            return [await api.handle(call) for call in calls]
+        finally:
+            await upstream.aclose()
+
+    return asyncio.run(main())
+
+
+def weather_call(tool_input: str, **fields) -> bytes:
+    return body(category="Weather", tool_name="Open Weather", api_name="Forecast by city",
+                tool_input=tool_input, **fields)
+
+
+def test_virtual_miss_calls_the_catalog_url_then_hits_with_args_in_another_order(tmp_path, upstream):
+    with Store(tmp_path / "s") as store:
+        first, second = run_virtual(store, weather_catalog(upstream.base), [
+            weather_call('{"city": "Paris", "days": 3}'),
+            weather_call('{"days": "3", "city": "Paris"}'),  # other order, a string for the number
+        ])
+        assert (first.source, second.source) == ("upstream", "cache")
+        assert first.document == second.document
+        assert first.document["error"] == "" and first.document["response"]["path"] == "/echo/Paris"
+        assert first.document["response"]["query"] == {"days": "3"}
+        stored = list(store.scan("api/Weather/open_weather_for_Weather/forecast_by_city/"))
+        assert len(stored) == 1 and stored[0].request.url.endswith("/echo/Paris?days=3")
+    assert upstream.hits["/echo/Paris"] == 1
+
+
+def test_same_call_over_http_proxy_and_virtual_meets_one_entry(tmp_path, upstream):
+    catalog = weather_catalog(upstream.base)
+    with Store(tmp_path / "s") as store:
+        (over_virtual,) = run_virtual(store, catalog, [weather_call('{"city": "Paris", "days": 3}')])
+
+        async def over_proxy():
+            upstream_client = Upstream(UpstreamConfig(timeout=5))
+            engine = Engine(store, upstream_client, EngineConfig(), catalog=catalog)
+            try:
+                return await engine.handle(Request("GET", upstream.url("/echo/Paris?days=3")))
+            finally:
+                await upstream_client.aclose()
+
+        answer = asyncio.run(over_proxy())
+    assert over_virtual.source == "upstream" and answer.source.value == "cache"
+    assert json.loads(answer.response.body) == over_virtual.document["response"]
+    assert upstream.hits["/echo/Paris"] == 1
+    assert http_call(Request("GET", upstream.url("/echo/Paris?days=3")), catalog, DEFAULT_RULES).key == answer.key
+
+
+def test_generic_host_routes_by_x_rapidapi_host():
+    catalog = Catalog([ApiDoc(category="Weather", tool="Open Weather", api="Forecast by city",
+                              url="https://open-weather.p.rapidapi.com/forecast/{city}", method="GET")])
+    call = http_call(Request("GET", "http://127.0.0.1:5000/forecast/Rome",
+                             (("X-RapidAPI-Host", "open-weather.p.rapidapi.com"),)), catalog, DEFAULT_RULES)
+    assert call.api is not None and call.api.api == "forecast_by_city" and call.args == {"city": "Rome"}
+    unmapped = http_call(Request("GET", "http://127.0.0.1:5000/other"), catalog, DEFAULT_RULES)
+    assert unmapped.api is None and unmapped.key.startswith("http/127.0.0.1:5000/GET/other/")
+
+
+def test_toolbench_upstream_gets_the_call_and_failures_go_to_the_simulator(tmp_path, upstream):
+    with Store(tmp_path / "s") as store:
+        ok, failed = run_virtual(store, None, [
+            body(tool_input='{"id_conc": "1"}'),
+            body(tool_input='{"fail": true}'),
+        ], toolbench_url=upstream.url("/virtual"))
+        assert ok.source == "upstream" and ok.document["response"]["from"] == "toolbench"
+        # "rate limit" is invalid under check_result: the (default, no-LLM) error path answers
+        assert failed.source == "simulated-error" and failed.document["response"] == ""
+        assert upstream.toolbench_keys == [TOOLBENCH_KEY, TOOLBENCH_KEY]  # forwarded, not stored
+        assert list(store.keys("log/invalid/"))
+    raw = b"".join(open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(tmp_path / "s") for f in fs)
+    assert TOOLBENCH_KEY.encode() not in raw
+
+
+def test_replay_miss_over_virtual_explains_itself(tmp_path):
+    with Store(tmp_path / "s") as store:
+        (reply,) = run_virtual(store, weather_catalog(None), [weather_call('{"city": "Oslo"}')], mode=Mode.REPLAY)
+    assert reply.status == 200 and "no stored answer" in reply.document["error"]
+
+
+def test_chat_with_user_is_answered():
+    reply = asyncio.run(VirtualApi(None, None).handle(body(api_name="chat_with_user")))
+    assert reply.document == {"error": "", "response": "Chat with user."}
+
+
+# -- end to end: ToolBench's own client against `stbproxy serve` ---------------------------------
+# What StableToolBench's inference client sends (STB_FORMATS.md section 4): a POST of the six
+# fields as JSON, with the key repeated as a header; it retries on any non-200.
+TOOLBENCH_CLIENT = """
+import json, sys, requests
+url, calls = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for call in calls:
+    payload = {"category": call["category"], "tool_name": call["tool_name"], "api_name": call["api_name"],
+               "tool_input": call["tool_input"], "strip": "truncate", "toolbench_key": call["key"]}
+    r = requests.post(url, json=payload, headers={"toolbench_key": call["key"]}, timeout=15)
+    out.append({"status": r.status_code, "source": r.headers.get("X-Stb-Source"), "json": r.json()})
+print(json.dumps(out))
+"""
+
+
+def toolbench_client(service_url: str, calls: list[dict]) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    result = subprocess.run([sys.executable, "-c", TOOLBENCH_CLIENT, service_url, json.dumps(calls)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def write_cache(root, stb_data):
+    """A cache of the original layout for two real G1 APIs, keys as Python literals."""
+    folder = root / "Data" / "theclique_for_Data"
+    folder.mkdir(parents=True)
+    (folder / "songkick_concert.json").write_text(json.dumps({
+        "{'id_conc': '40698227-lumineers-at-aware-super-theatre'}": {
+            "error": "", "response": "{\"name\": \"The Lumineers\", \"venue_name\": \"Aware Super Theatre\"}"},
+        "{'id_conc': 'bad'}": {"error": "", "response": "API rate limit exceeded"},
+        "not a literal {": {"error": "", "response": "x"},
+    }))
+    return root
+
+
+@pytest.mark.integration
+def test_toolbench_client_against_serve_after_import(tmp_path, stb_data):
+    store = tmp_path / "stb" / "store"
+    cache = write_cache(tmp_path / "cache", stb_data)
+    cli = [sys.executable, "-m", "stbproxy"]
+    imported = subprocess.run([*cli, "import", "stb-cache", str(cache), "--store", str(store)],
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    assert "imported: 1, duplicates: 0, invalid (left out): 1, unparseable: 1" in imported.stdout
+    assert "not a literal" in imported.stderr
+    tools = subprocess.run([*cli, "import", "tools", str(stb_data / "solvable_queries/test_instruction/G1_instruction.json"),
+                            "--store", str(store)], capture_output=True, text=True, timeout=120)
+    assert tools.returncode == 0, tools.stderr
+    again = subprocess.run([*cli, "import", "stb-cache", str(cache), "--store", str(store)],
+                           capture_output=True, text=True, timeout=120)
+    assert "imported: 0, duplicates: 1" in again.stdout
+
+    with ProxyProcess(store, "--simulator", "off") as proxy:
+        service = f"{proxy.url}/virtual"
+        seen = toolbench_client(service, [
+            {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert",
+             "tool_input": json.dumps({"id_conc": "40698227-lumineers-at-aware-super-theatre"}), "key": TOOLBENCH_KEY},
+            {"category": "Data", "tool_name": "TheClique", "api_name": "chat_with_user", "tool_input": "{}",
+             "key": TOOLBENCH_KEY},
+            {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert", "tool_input": "{broken",
+             "key": TOOLBENCH_KEY},
+        ])
+        bad = subprocess.run([sys.executable, "-c", "import requests,sys; r=requests.post(sys.argv[1], json={'tool_name': 1});"
+                              "print(r.status_code, r.text)", service], capture_output=True, text=True, timeout=60)
+    assert [s["status"] for s in seen] == [200, 200, 200]
+    assert seen[0]["source"] == "cache"
+    assert seen[0]["json"] == {"error": "", "response": "{\"name\": \"The Lumineers\", \"venue_name\": \"Aware Super Theatre\"}"}
+    assert seen[1]["json"] == {"error": "", "response": "Chat with user."}
+    assert "not valid JSON" in seen[2]["json"]["error"]
+    assert bad.stdout.startswith("422") and "category" in bad.stdout
+    raw = b"".join(open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(store) for f in fs)
+    assert TOOLBENCH_KEY.encode() not in raw
