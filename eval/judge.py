@@ -1,6 +1,7 @@
 """The LLM judge: forced function calls to any OpenAI-compatible endpoint, logged.
 
-This is the only module that imports openai. Each judgment is one chat completion with
+This is the only module that imports openai, and only when a call is really made: a
+run served wholly from the log neither loads it nor needs a key. Each judgment is one chat completion with
 one user prompt and a forced call of the judge function; its label is read from the
 call's arguments (or, for servers that ignore forcing, from a JSON object in the text).
 A reply without a valid label is asked again, then recorded as *unscored*: it is never
@@ -18,8 +19,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-
-import openai
 
 from .errors import JudgeFatalError
 from .judgelog import JudgeLog
@@ -119,10 +118,8 @@ class Judge:
         for _attempt in range(1 + max(0, self.settings.parse_retries)):
             try:
                 raw = self._complete(model, prompt, tool)
-            except JudgeFatalError:
-                raise
-            except openai.OpenAIError as exc:
-                reason = f"judge call failed: {_describe(exc)}"
+            except _CallFailed as exc:
+                reason = f"judge call failed: {exc}"
                 self._finish(record, rejected, tokens, started, status="error", label=None, reason=reason, raw="")
                 return Verdict(None, reason, "error")
             used = _usage(raw)
@@ -162,6 +159,8 @@ class Judge:
         }
         if self.settings.max_tokens:
             kwargs["max_tokens"] = self.settings.max_tokens
+        import openai
+
         with self.stats._lock:
             self.stats.calls += 1
         try:
@@ -169,6 +168,8 @@ class Judge:
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
             # Every later call would fail the same way: stop instead of logging N errors.
             raise JudgeFatalError(f"judge endpoint refused the call: {_describe(exc)}") from exc
+        except openai.OpenAIError as exc:  # timeouts, connection errors, other statuses
+            raise _CallFailed(_describe(exc)) from exc
         return response.http_response.text
 
     @property
@@ -176,6 +177,8 @@ class Judge:
         # Built on first use, so a run served wholly from the log needs no key or network.
         with self._client_lock:
             if self._client is None:
+                import openai
+
                 s = self.settings
                 self._client = openai.OpenAI(
                     base_url=s.base_url or os.environ.get("OPENAI_BASE_URL") or None,
@@ -188,6 +191,10 @@ class Judge:
     def close(self) -> None:
         if self._client is not None and hasattr(self._client, "close"):
             self._client.close()
+
+
+class _CallFailed(Exception):
+    """A judge call that got no usable HTTP answer; the message describes the failure."""
 
 
 def parse_reply(raw: str, fn: Any) -> tuple[Any, str]:

@@ -263,6 +263,9 @@ class _Server(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real endpoints do
+    # Headers and body go out in separate writes; with Nagle's algorithm on, each reply
+    # would wait for a delayed ACK (tens of milliseconds) and latency tests would lie.
+    disable_nagle_algorithm = True
     server: _Server
     timeout = 30
 
