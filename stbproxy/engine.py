@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Mapping, Protocol
 
 from stbproxy import keys, validity
+from stbproxy.bodies import api_body_response, error_object_response
 from stbproxy.catalog import Catalog
 from stbproxy.errors import StbError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
@@ -28,6 +29,7 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Mode, Request, Response, Source
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.routing import Call, http_call
+from stbproxy.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
 
 log = logging.getLogger("stbproxy")
 
@@ -42,41 +44,6 @@ CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itse
 
 class UpstreamClient(Protocol):
     async def send(self, request: Request) -> tuple[Response, float]: ...
-
-
-@dataclass(frozen=True)
-class SimulationRequest:
-    request: Request  # the original request (secrets included: simulators must not store it)
-    key: str
-    api: ApiRef | None
-    reason: str  # why the real API could not answer
-
-
-@dataclass(frozen=True)
-class Simulation:
-    response: Response
-    ok: bool  # False: a failed simulation, answered but never stored
-    meta: dict = field(default_factory=dict)
-
-
-class Simulator(Protocol):
-    async def simulate(self, job: SimulationRequest) -> Simulation: ...
-
-
-def error_object_response(error: str, status: int = 200) -> Response:
-    """A StableToolBench-shaped ``{"error": ..., "response": ""}`` JSON answer."""
-    body = json.dumps({"error": error, "response": ""}).encode()
-    return Response(status, (("Content-Type", "application/json"),), body)
-
-
-class NoSimulator:
-    """Answers a clear error object: used until a simulator is configured."""
-
-    async def simulate(self, job: SimulationRequest) -> Simulation:
-        return Simulation(
-            error_object_response(f"The real API is unavailable ({job.reason}) and no simulator is configured."),
-            ok=False,
-        )
 
 
 # -- the engine ---------------------------------------------------------------------------
@@ -329,10 +296,3 @@ class Engine:
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_request(request, self.config.rules).url}"
 
-
-def api_body_response(value) -> Response:
-    """An API's answer value (JSON or text) as the HTTP response the API would have sent."""
-    if isinstance(value, str):
-        return Response(200, (("Content-Type", "text/plain; charset=utf-8"),), value.encode("utf-8", "surrogatepass"))
-    body = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return Response(200, (("Content-Type", "application/json"),), body)

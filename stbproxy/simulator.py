@@ -25,6 +25,8 @@ import json
 import logging
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -32,7 +34,8 @@ import openai
 
 from stbproxy import keys
 from stbproxy.catalog import ApiDoc, Catalog, Param
-from stbproxy.engine import Simulation, SimulationRequest, Simulator, api_body_response, error_object_response
+from stbproxy.bodies import api_body_response, error_object_response
+from stbproxy.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Request, Source
@@ -47,6 +50,9 @@ DEFAULT_MODEL = "gpt-4o-mini"
 MAX_ATTEMPTS = 3  # bad replies; transport errors are retried by the openai client itself
 MAX_REPLY_CHARS = 64 * 1024  # far beyond a useful answer: a runaway model, not an API
 EXAMPLE_SCAN_LIMIT = 200  # stored entries looked at per prefix (the scan runs on the event loop)
+EXAMPLE_CACHE_SECONDS = 30.0  # examples picked for an API are reused this long
+EXAMPLE_CACHE_SIZE = 4096  # APIs whose examples are remembered
+CONNECTIONS_PER_CLIENT = 8  # LLM calls per HTTP client (see LlmSimulator.__init__)
 MAX_BODY_IN_PROMPT = 2000  # request body shown for an endpoint without docs
 REAL_SOURCES = frozenset({Source.UPSTREAM, Source.IMPORTED})
 
@@ -346,7 +352,14 @@ def answer_response(error: str, response: Any):
 
 
 class LlmSimulator:
-    """Asks an OpenAI-compatible chat model to answer as the API would."""
+    """Asks an OpenAI-compatible chat model to answer as the API would.
+
+    The calls run on an event loop of their own, in a thread: building requests and
+    parsing replies costs the openai and httpx clients a few milliseconds of CPU per call,
+    and 64 replies arriving together would otherwise stall the loop that serves cache hits
+    for a quarter of a second. In a thread that work is interleaved with the proxy's.
+    The store is only touched on the caller's loop.
+    """
 
     def __init__(self, config: SimulatorConfig, catalog: Catalog | None, store, *,
                  rules: KeyRules = DEFAULT_RULES) -> None:
@@ -356,20 +369,43 @@ class LlmSimulator:
         self.rules = rules
         self.model = config.model_name
         self._slots = asyncio.Semaphore(config.concurrency)
+        self._examples: dict[tuple[str, ...], tuple[float, list[Exchange]]] = {}
         self._json_mode = True  # until the backend refuses response_format
         api_key = config.api_key
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and (
                 config.base_url or os.environ.get("OPENAI_BASE_URL")):
             api_key = "unused"  # self-hosted backends (vLLM, llama.cpp) often need no key
+        # httpcore's pool does work per request that grows with its number of connections
+        # (encode/httpcore#1035): spread the calls over several small clients.
+        shards = -(-config.concurrency // CONNECTIONS_PER_CLIENT)
         try:
-            self._client = openai.AsyncOpenAI(api_key=api_key, base_url=config.base_url,
-                                              timeout=config.timeout, max_retries=config.max_retries)
+            self._clients = [openai.AsyncOpenAI(api_key=api_key, base_url=config.base_url, timeout=config.timeout,
+                                                max_retries=config.max_retries) for _ in range(shards)]
         except openai.OpenAIError as exc:
             raise ConfigError("the LLM simulator needs OPENAI_API_KEY (or OPENAI_BASE_URL for a "
                               "backend without keys); or use --simulator schema") from exc
+        self._busy = [0] * shards  # calls in flight per client (touched on the worker loop only)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="stbproxy-llm", daemon=True)
+        self._thread.start()
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._loop.is_closed():
+            return
+        try:
+            await self._on_worker(self._close_clients())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join)
+            self._loop.close()
+
+    async def _close_clients(self) -> None:
+        for client in self._clients:
+            await client.close()
+
+    async def _on_worker(self, coro):
+        """Run ``coro`` on the worker loop; cancelling the caller cancels it there too."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     async def simulate(self, job: SimulationRequest) -> Simulation:
         meta: dict[str, Any] = {"simulator": "llm", "model": self.model, "prompt_tokens": 0,
@@ -378,7 +414,12 @@ class LlmSimulator:
         try:
             facts = call_facts(job, self.catalog, self.rules)
             name = facts.name
-            return await self._simulate(facts, job.key, meta)
+            found = self._examples_for(facts, job.key)
+            pairs = [(_json(_without_secrets(call_args(ex.request, facts.doc, self.catalog), self.rules)),
+                      _body_text(ex.response.body)) for ex in found]
+            messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
+            async with self._slots:
+                return await self._on_worker(self._ask(messages, name, meta))
         except openai.OpenAIError as exc:
             reason = llm_error_reason(exc, self.config.timeout)
         except Exception as exc:  # a bug must not take the proxy's answer away
@@ -387,11 +428,23 @@ class LlmSimulator:
         log.warning("simulation of %s failed: %s", name, reason)
         return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
 
-    async def _simulate(self, facts: CallFacts, key: str, meta: dict[str, Any]) -> Simulation:
-        found = stored_examples(self.store, facts, key, self.config.max_examples)
-        pairs = [(_json(_without_secrets(call_args(ex.request, facts.doc, self.catalog), self.rules)),
-                  _body_text(ex.response.body)) for ex in found]
-        messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
+    def _examples_for(self, facts: CallFacts, key: str) -> list[Exchange]:
+        # Scanning and decoding up to a few hundred entries takes milliseconds on the event
+        # loop that also serves cache hits: do it once per API and reuse the pick for a while.
+        limit = self.config.max_examples
+        now = time.monotonic()
+        cached = self._examples.get(facts.prefixes)
+        if cached is None or cached[0] < now:
+            if len(self._examples) >= EXAMPLE_CACHE_SIZE:
+                self._examples.clear()
+            picked = stored_examples(self.store, facts, key, limit + 1)  # one spare for the skip below
+            cached = self._examples[facts.prefixes] = (now + EXAMPLE_CACHE_SECONDS, picked)
+        return [ex for ex in cached[1] if ex.key != key][:limit]
+
+    # on the worker loop -------------------------------------------------------------------------
+
+    async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
+        """Up to MAX_ATTEMPTS calls until a reply parses; openai errors propagate."""
         reason = ""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             completion = await self._complete(messages)
@@ -404,8 +457,8 @@ class LlmSimulator:
                 error, response = parse_reply(text)
             except BadReply as exc:
                 reason = str(exc)
-                log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s",
-                            facts.name, attempt, MAX_ATTEMPTS, reason)
+                log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s", name, attempt, MAX_ATTEMPTS,
+                            reason)
                 continue
             meta["attempts"] = attempt
             if error:
@@ -413,8 +466,8 @@ class LlmSimulator:
             return Simulation(answer_response(error, response), ok=True, meta=meta)
         meta["attempts"] = MAX_ATTEMPTS
         reason = f"no usable reply in {MAX_ATTEMPTS} attempts (last: {reason})"
-        log.warning("simulation of %s failed: %s", facts.name, reason)
-        return Simulation(error_object_response(f"Failed to simulate {facts.name}: {reason}"), ok=False, meta=meta)
+        log.warning("simulation of %s failed: %s", name, reason)
+        return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
 
     async def _complete(self, messages: list[dict[str, str]]):
         request: dict[str, Any] = {"model": self.model, "messages": messages,
@@ -423,19 +476,25 @@ class LlmSimulator:
             request["max_tokens"] = self.config.max_tokens
         if self.config.seed is not None:
             request["seed"] = self.config.seed
-        create = self._client.chat.completions.create
-        async with self._slots:
-            if not self._json_mode:
-                return await create(**request)
-            try:
-                return await create(**request, response_format={"type": "json_object"})
-            except openai.BadRequestError as exc:
-                log.info("simulator: the LLM backend refused JSON mode (HTTP %s); asking without it",
-                         exc.status_code)
-            completion = await create(**request)
-            # Only now is it clear the 400 was about JSON mode and not the request itself.
-            self._json_mode = False
-            return completion
+        shard = self._busy.index(min(self._busy))  # the least busy client
+        self._busy[shard] += 1
+        try:
+            return await self._create(self._clients[shard].chat.completions.create, request)
+        finally:
+            self._busy[shard] -= 1
+
+    async def _create(self, create, request: dict[str, Any]):
+        if not self._json_mode:
+            return await create(**request)
+        try:
+            return await create(**request, response_format={"type": "json_object"})
+        except openai.BadRequestError as exc:
+            log.info("simulator: the LLM backend refused JSON mode (HTTP %s); asking without it",
+                     exc.status_code)
+        completion = await create(**request)
+        # Only now is it clear the 400 was about JSON mode and not the request itself.
+        self._json_mode = False
+        return completion
 
 
 def llm_error_reason(exc: openai.OpenAIError, timeout: float) -> str:

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from stbproxy import keys, validity
 from stbproxy.catalog import Catalog
-from stbproxy.engine import api_body_response
+from stbproxy.bodies import api_body_response
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source

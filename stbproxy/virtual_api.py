@@ -17,6 +17,7 @@ from stbproxy import keys
 from stbproxy.catalog import Catalog, api_key_name, category_key, tool_key
 from stbproxy.engine import SOURCE_HEADER, Answer, Engine
 from stbproxy.models import ApiRef, Request, Source
+from stbproxy.bodies import body_value
 from stbproxy.routing import Call, api_request, stored_request
 
 CHAT_WITH_USER = "chat_with_user"
@@ -130,17 +131,6 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
     if response.status >= 400 and not error:
         error = f"HTTP {response.status}"
     return VirtualReply(200, {"error": error, "response": value}, source)
-
-
-def body_value(body: bytes, content_type: str | None) -> Any:
-    """A JSON body as its value; any other body as text (as the original server did)."""
-    text = body.decode("utf-8", "replace")
-    if keys.is_json_type(content_type):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
 
 
 def virtual_headers(reply: VirtualReply) -> dict[str, str]:

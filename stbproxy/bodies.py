@@ -1,0 +1,34 @@
+"""StableToolBench's answer shapes as HTTP responses, and back. Pure."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stbproxy.keys import is_json_type
+from stbproxy.models import Response
+
+JSON_HEADERS = (("Content-Type", "application/json"),)
+
+
+def error_object_response(error: str, status: int = 200) -> Response:
+    """A StableToolBench-shaped ``{"error": ..., "response": ""}`` JSON answer."""
+    return Response(status, JSON_HEADERS, json.dumps({"error": error, "response": ""}).encode())
+
+
+def api_body_response(value: Any) -> Response:
+    """An API's answer value (JSON or text) as the HTTP response the API would have sent."""
+    if isinstance(value, str):
+        return Response(200, (("Content-Type", "text/plain; charset=utf-8"),), value.encode("utf-8", "surrogatepass"))
+    return Response(200, JSON_HEADERS, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def body_value(body: bytes, content_type: str | None) -> Any:
+    """A JSON body as its value; any other body as text (as StableToolBench's server did)."""
+    text = body.decode("utf-8", "replace")
+    if is_json_type(content_type):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text

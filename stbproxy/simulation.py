@@ -1,0 +1,38 @@
+"""What the engine asks of a simulator, and what it gets back. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stbproxy.bodies import error_object_response
+from stbproxy.models import ApiRef, Request, Response
+
+
+@dataclass(frozen=True)
+class SimulationRequest:
+    request: Request  # the original request (secrets included: simulators must not store it)
+    key: str
+    api: ApiRef | None
+    reason: str  # why the real API could not answer
+
+
+@dataclass(frozen=True)
+class Simulation:
+    response: Response
+    ok: bool  # False: a failed simulation, answered but never stored
+    meta: dict = field(default_factory=dict)
+
+
+class Simulator(Protocol):
+    async def simulate(self, job: SimulationRequest) -> Simulation: ...
+
+
+class NoSimulator:
+    """Answers a clear error object: used when no simulator is configured."""
+
+    async def simulate(self, job: SimulationRequest) -> Simulation:
+        return Simulation(
+            error_object_response(f"The real API is unavailable ({job.reason}) and no simulator is configured."),
+            ok=False,
+        )

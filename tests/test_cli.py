@@ -1,0 +1,82 @@
+"""The click commands, through click's runner (no proxy process needed)."""
+
+import json
+import os
+import stat
+
+from click.testing import CliRunner
+
+from stbproxy.cli import main
+from stbproxy.models import Exchange, Request, Response, Source
+from stbproxy.store import Store
+
+
+def invoke(*args, env=None):
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return result
+
+
+def test_version_and_help_on_every_command():
+    assert "stbproxy, version" in invoke("--version").output
+    for command in (["serve"], ["env"], ["stats"], ["import"], ["import", "stb-cache"], ["import", "tools"]):
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_env_prints_proxy_and_ca_lines_and_creates_the_ca(tmp_path):
+    store = tmp_path / "run" / "store"
+    result = invoke("env", "--port", "9123", "--store", str(store))
+    assert result.exit_code == 0
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines())
+    assert lines["HTTP_PROXY"] == lines["HTTPS_PROXY"] == "http://127.0.0.1:9123"
+    ca = lines["REQUESTS_CA_BUNDLE"]
+    assert ca == lines["SSL_CERT_FILE"] == lines["NODE_EXTRA_CA_CERTS"] and ca.endswith("mitmproxy-ca-cert.pem")
+    assert os.path.isfile(ca)
+    key = store.parent / "certs" / "mitmproxy-ca.pem"
+    assert stat.S_IMODE(key.stat().st_mode) & 0o077 == 0
+
+
+def test_store_option_reads_the_environment(tmp_path):
+    store = tmp_path / "envstore"
+    with Store(store) as db:
+        db.put(Exchange("http/h/GET/p/1", Request("GET", "http://h/p"), Response(200, (), b"{}"), Source.UPSTREAM, 1.0,
+                        meta={"failure": "success"}))
+    result = invoke("stats", "--json", env={"STBPROXY_STORE": str(store)})
+    assert json.loads(result.output)["entries"] == 1
+
+
+def test_stats_errors_prints_the_taxonomy(tmp_path):
+    store = tmp_path / "s"
+    with Store(store) as db:
+        for i, failure in enumerate(["success"] * 3 + ["not_connected", "not_found", "not_authorised"]):
+            db.put(Exchange(f"http/h/GET/p/{i}", Request("GET", f"http://h/p?{i}"), Response(200, (), b"{}"),
+                            Source.UPSTREAM, 1.0, meta={"failure": failure}))
+    table = invoke("stats", "--errors", "--store", str(store))
+    assert table.exit_code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in table.output.splitlines()[1:]}
+    assert rows["success"] == ["3", "50.0%"] and rows["not_available"] == ["2", "33.3%"]
+    assert rows["not_connected"] == ["1", "50.0%"]  # a share of the not-available answers
+    as_json = json.loads(invoke("stats", "--errors", "--json", "--store", str(store)).output)
+    assert {row["kind"]: row["count"] for row in as_json}["not_authorised"] == 1
+
+
+def test_stats_on_a_missing_store_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(main, ["stats", "--store", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "no store at" in result.output
+
+
+def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
+    store = tmp_path / "run" / "store"
+    queries = stb_data / "solvable_queries" / "test_instruction" / "G1_instruction.json"
+    result = invoke("import", "tools", str(queries), "--store", str(store))
+    assert result.exit_code == 0, result.output
+    catalog = store.parent / "catalog.json"
+    assert catalog.is_file() and "APIs" in result.output
+    again = invoke("import", "tools", str(queries), "--store", str(store))
+    assert "(0 new)" in again.output
+
+
+def test_serve_refuses_bad_fault_specs_naming_the_part(tmp_path):
+    result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0",
+                                       "--faults", "status=999"])
+    assert result.exit_code != 0 and "status=999" in result.output

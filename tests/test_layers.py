@@ -1,0 +1,61 @@
+"""Imports only point down the layers (DESIGN.md), and each foreign library has one owner."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "stbproxy"
+
+# Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
+LAYERS = {
+    "errors": 1, "models": 1,
+    "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
+    "bodies": 2, "simulation": 2,
+    "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3,
+    "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4,
+    "mitm": 5, "cli": 5, "pytest_plugin": 5, "__main__": 6, "__init__": 0,
+}
+OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream"}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            if node.module == "stbproxy":
+                names.update(f"stbproxy.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULES = sorted(p for p in PACKAGE.glob("*.py"))
+
+
+def test_every_module_has_a_layer():
+    assert {p.stem for p in MODULES} <= set(LAYERS)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
+def test_imports_point_down(path):
+    mine = LAYERS[path.stem]
+    for name in imports_of(path):
+        if name.startswith("stbproxy.") and name != "stbproxy.":
+            other = name.split(".")[1]
+            if other in LAYERS:
+                assert LAYERS[other] <= mine or other == "__init__", f"{path.stem} imports {other} (layer up)"
+
+
+@pytest.mark.parametrize("library,owner", sorted(OWNERS.items()))
+def test_each_foreign_library_has_one_owner(library, owner):
+    users = {p.stem for p in MODULES if any(n == library or n.startswith(library + ".") for n in imports_of(p))}
+    assert users <= {owner}, f"{library} imported by {users - {owner}}"
+
+
+def test_stbeval_never_imports_the_proxy():
+    for path in (ROOT / "eval").rglob("*.py"):
+        assert not any(n == "stbproxy" or n.startswith("stbproxy.") for n in imports_of(path)), path

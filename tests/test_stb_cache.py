@@ -1,0 +1,73 @@
+import json
+
+import pytest
+
+from stbproxy import keys
+from stbproxy.errors import InputError
+from stbproxy.models import ApiRef, Source
+from stbproxy.stb_cache import ImportSummary, cache_files, parse_args, read_cache_file
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("{'listing_id': '456789'}", {"listing_id": "456789"}),
+    ("{'page': 1, 'q': 'a b'}", {"page": 1, "q": "a b"}),
+    ("{'flag': True, 'none': None, 'xs': [1, 2]}", {"flag": True, "none": None, "xs": [1, 2]}),
+    ('{"json": "keys"}', {"json": "keys"}),
+    ("{}", {}), ("", {}),
+    ("{'a': __import__('os')}", None),  # only literals, never code
+    ("[1, 2]", [1, 2]),  # parsed, and then refused as not a dict by the reader
+    ("not python {", None),
+])
+def test_cache_keys_are_python_literals(raw, expected):
+    assert parse_args(raw) == expected
+
+
+def make_cache(root, files: dict[str, object]):
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return root
+
+
+def read_all(root, **options):
+    summary = ImportSummary()
+    entries = [e for path in cache_files(root) for e in read_cache_file(path, root, summary=summary, **options)]
+    return entries, summary
+
+
+def test_reader_rekeys_canonically_and_reports_every_problem(tmp_path):
+    root = make_cache(tmp_path / "cache", {
+        "Data/theclique_for_Data/songkick_concert.json": {
+            "{'id_conc': '1', 'page': 2}": {"error": "", "response": "{\"ok\": 1}"},
+            "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "{\"ok\": 1}"},  # same call
+            "{'id_conc': '3'}": {"error": "", "response": {"already": "json"}},
+            "{'id_conc': '4'}": {"error": "Failed to generate fake response", "response": ""},
+            "{'id_conc': '5'}": ["not", "an", "object"],
+            "['a', 'list']": {"error": "", "response": "x"},
+        },
+        "Data/theclique_for_Data/broken.json": "{not json",
+        "Data/theclique_for_Data/a_list.json": [1, 2],
+    })
+    entries, summary = read_all(root)
+    ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
+    assert [e.key for e in entries[:2]] == [keys.api_key(ref, {"id_conc": "1", "page": 2})] * 2
+    assert all(e.source is Source.IMPORTED and e.api == ref for e in entries)
+    assert entries[0].response.body == b'{"ok": 1}'
+    assert json.loads(entries[2].response.body) == {"already": "json"}
+    assert (summary.entries, summary.invalid, summary.unparseable) == (6, 1, 4)
+    reasons = "\n".join(map(str, summary.problems))
+    assert "broken.json: not a readable JSON file" in reasons
+    assert "a_list.json: expected a JSON object" in reasons
+    assert "not an {error, response} object" in reasons and "not a Python dict literal" in reasons
+
+
+def test_include_invalid_keeps_cached_failures(tmp_path):
+    root = make_cache(tmp_path / "cache", {"C/t_for_C/a.json": {"{'x': 1}": {"error": "boom", "response": ""}}})
+    entries, summary = read_all(root, include_invalid=True)
+    assert len(entries) == 1 and entries[0].meta["error"] == "boom" and summary.invalid == 0
+
+
+def test_missing_cache_folder_is_named(tmp_path):
+    with pytest.raises(InputError, match="not a StableToolBench cache folder"):
+        cache_files(tmp_path / "nowhere")
