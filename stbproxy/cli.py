@@ -422,5 +422,12 @@ def import_tools(sources, store, catalog):
     click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)")
 
 
+# -- eval: the offline evaluation package (stbeval) provides the whole group ----------------------
+
+from stbeval.cli import eval_group  # noqa: E402  (stbeval never imports the proxy side)
+
+main.add_command(eval_group, name="eval")
+
+
 if __name__ == "__main__":
     main()
