@@ -1,0 +1,60 @@
+"""Smoke test for scripts/bench_proxy.py: a --quick run completes with every request good.
+
+It checks the benchmark works, not the figures: those depend on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_proxy.py"
+RUN_TIMEOUT = 120  # --quick takes seconds; mitmproxy start-up on a busy machine takes longer
+
+
+def _processes_with_env(marker: str) -> list[int]:
+    """Pids whose environment holds ``marker``: every process the benchmark started inherits it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # gone already, or not ours
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_quick_benchmark_runs_clean(tmp_path):
+    # A private TMPDIR: the script's temp dirs land here, and it marks its children.
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--quick"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # the script stops its children on SIGTERM
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"bench_proxy.py --quick took over {RUN_TIMEOUT}s:\n{out}\n{err}")
+
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
+    assert "FAILED" not in out and "failed requests: 0" in out, out
+    assert "req/s" in out and "p99 ms" in out and "c1 p50 ms" in out, out
+    for target in ("direct", "stbproxy replay", "mitmdump + dict"):
+        assert any(line.startswith(target) for line in out.splitlines()), out
+    assert "ratio stbproxy/mitmdump req/s:" in out, out
+
+    assert not list(tmp_path.iterdir()), "the benchmark left temp files behind"
+    if Path("/proc/self/environ").exists():
+        assert not _processes_with_env(f"TMPDIR={tmp_path}"), "the benchmark left processes running"
