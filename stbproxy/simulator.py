@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -354,11 +353,9 @@ def answer_response(error: str, response: Any):
 class LlmSimulator:
     """Asks an OpenAI-compatible chat model to answer as the API would.
 
-    The calls run on an event loop of their own, in a thread: building requests and
-    parsing replies costs the openai and httpx clients a few milliseconds of CPU per call,
-    and 64 replies arriving together would otherwise stall the loop that serves cache hits
-    for a quarter of a second. In a thread that work is interleaved with the proxy's.
-    The store is only touched on the caller's loop.
+    Everything runs on the caller's event loop, the one that also serves cache hits, so
+    the per-call work is kept small: examples are picked once per API for a while, the
+    client's lazy imports are paid at start, and calls are spread over small clients.
     """
 
     def __init__(self, config: SimulatorConfig, catalog: Catalog | None, store, *,
@@ -384,28 +381,15 @@ class LlmSimulator:
         except openai.OpenAIError as exc:
             raise ConfigError("the LLM simulator needs OPENAI_API_KEY (or OPENAI_BASE_URL for a "
                               "backend without keys); or use --simulator schema") from exc
-        self._busy = [0] * shards  # calls in flight per client (touched on the worker loop only)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="stbproxy-llm", daemon=True)
-        self._thread.start()
+        for client in self._clients:
+            # The first access imports the chat resources (half a second of CPU, holding the
+            # GIL): pay it at start rather than during the first simulation.
+            client.chat.completions  # noqa: B018
+        self._busy = [0] * shards  # calls in flight per client
 
     async def aclose(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            await self._on_worker(self._close_clients())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            await asyncio.to_thread(self._thread.join)
-            self._loop.close()
-
-    async def _close_clients(self) -> None:
         for client in self._clients:
             await client.close()
-
-    async def _on_worker(self, coro):
-        """Run ``coro`` on the worker loop; cancelling the caller cancels it there too."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     async def simulate(self, job: SimulationRequest) -> Simulation:
         meta: dict[str, Any] = {"simulator": "llm", "model": self.model, "prompt_tokens": 0,
@@ -419,7 +403,7 @@ class LlmSimulator:
                       _body_text(ex.response.body)) for ex in found]
             messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
             async with self._slots:
-                return await self._on_worker(self._ask(messages, name, meta))
+                return await self._ask(messages, name, meta)
         except openai.OpenAIError as exc:
             reason = llm_error_reason(exc, self.config.timeout)
         except Exception as exc:  # a bug must not take the proxy's answer away
@@ -440,8 +424,6 @@ class LlmSimulator:
             picked = stored_examples(self.store, facts, key, limit + 1)  # one spare for the skip below
             cached = self._examples[facts.prefixes] = (now + EXAMPLE_CACHE_SECONDS, picked)
         return [ex for ex in cached[1] if ex.key != key][:limit]
-
-    # on the worker loop -------------------------------------------------------------------------
 
     async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
         """Up to MAX_ATTEMPTS calls until a reply parses; openai errors propagate."""
