@@ -176,8 +176,7 @@ def plan(answers: AnswerSet, ids: dict[str, list[str]], *, rounds: int,
 
 def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> tuple[list[GroupScore], GroupScore | None]:
     """Per group scores and their average (mean over groups, round by round)."""
-    if missing not in MISSING_POLICIES:
-        raise ValueError(f"missing must be one of {MISSING_POLICIES}, not {missing!r}")
+    check_options(rounds, missing)
     groups: list[GroupScore] = []
     for group, rows in outcomes.items():
         counted = [o for o in rows if not (o.missing and missing == "skip")]
@@ -208,14 +207,27 @@ def pass_rate(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, me
               missing: str = "unsolved", warn: Callable[[str], None] = lambda _m: None,
               concurrency: int = DEFAULT_CONCURRENCY, progress: Progress | None = None) -> PassRate:
     """SoPR of one method over the groups of ``ids``."""
+    check_options(rounds, missing)
+    notes = Notes(warn)
+    outcomes = collect(answers, ids, judge, rounds=rounds, warn=notes, concurrency=concurrency, progress=progress)
+    groups, average = score(outcomes, rounds=rounds, missing=missing)
+    return PassRate(method, rounds, missing, groups, average, outcomes, notes.messages)
+
+
+def check_options(rounds: int, missing: str) -> None:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    problems: list[str] = []
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"missing must be one of {MISSING_POLICIES}, not {missing!r}")
 
-    def note(message: str) -> None:
-        problems.append(message)
-        warn(message)
 
-    outcomes = collect(answers, ids, judge, rounds=rounds, warn=note, concurrency=concurrency, progress=progress)
-    groups, average = score(outcomes, rounds=rounds, missing=missing)
-    return PassRate(method, rounds, missing, groups, average, outcomes, problems)
+class Notes:
+    """A run's warnings: passed on as they come, and kept for its summary."""
+
+    def __init__(self, forward: Callable[[str], None]) -> None:
+        self.forward = forward
+        self.messages: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        self.messages.append(message)
+        self.forward(message)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from .answers import AnswerSet
 from .judge import Judge
-from .passrate import AVERAGE, MISSING_POLICIES, Outcome, collect, plan
+from .passrate import AVERAGE, Notes, Outcome, check_options, collect, plan
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
 
 CANDIDATE, REFERENCE = "candidate", "reference"
@@ -103,16 +103,8 @@ def win_rate(candidates: AnswerSet, references: AnswerSet, ids: dict[str, list[s
              candidate_name: str, reference_name: str, rounds: int = 3, missing: str = "unsolved", seed: int = 0,
              warn: Callable[[str], None] = lambda _m: None, concurrency: int = DEFAULT_CONCURRENCY,
              progress: Progress | None = None) -> WinRate:
-    if missing not in MISSING_POLICIES:
-        raise ValueError(f"missing must be one of {MISSING_POLICIES}, not {missing!r}")
-    if rounds < 1:
-        raise ValueError("rounds must be at least 1")
-    problems: list[str] = []
-
-    def note(message: str) -> None:
-        problems.append(message)
-        warn(message)
-
+    check_options(rounds, missing)
+    note = Notes(warn)
     progress = progress or Progress()
     # One bar for the whole run: label both sides, then one step per query and round.
     quiet: list[str] = []
@@ -174,4 +166,5 @@ def win_rate(candidates: AnswerSet, references: AnswerSet, ids: dict[str, list[s
                             sum(g.losses for g in groups), sum(g.judge_calls_saved for g in groups))
         rates = [g.rate for g in groups if g.rate is not None]
         average_rate = statistics.fmean(rates) if rates else None
-    return WinRate(candidate_name, reference_name, rounds, missing, seed, groups, average, average_rate, duels, problems)
+    return WinRate(candidate_name, reference_name, rounds, missing, seed, groups, average, average_rate, duels,
+                   note.messages)

@@ -123,7 +123,8 @@ def test_solvable_command_majority_vote(fake_openai, tmp_path):
     assert ["G2_category", "3", "2"] in table_rows(result.stdout)
     assert "entry #3 lacks query" in result.stderr
     assert fake_openai.calls == 9
-    assert '"required_parameters": ["x"]' in fake_openai.chat_requests()[0]["messages"][0]["content"]
+    s1 = [r["messages"][0]["content"] for r in fake_openai.chat_requests() if '"S-1"' in r["messages"][0]["content"]]
+    assert len(s1) == 3 and all('"required_parameters": ["x"]' in prompt for prompt in s1)
 
 
 def test_help_shows_complete_examples():
