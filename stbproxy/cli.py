@@ -107,6 +107,9 @@ def main() -> None:
               help="Where the interception CA lives [default: 'certs' beside the store].")
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
               help="Require proxy authentication (mandatory off loopback).")
+@click.option("--session", default=None, metavar="NAME",
+              help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
+                   "or an X-Stb-Session header) [default: one per run, serve-<time>].")
 @click.option("--validity", type=click.Choice(["stb", "strict"]), default="stb", show_default=True,
               help="Which real answers are valid: stb (StableToolBench's check_result, substring rules) "
                    "or strict (HTTP status first).")
@@ -132,7 +135,7 @@ def main() -> None:
               help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, validity,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, validity,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, verbose):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
@@ -167,6 +170,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_upstream_ca": upstream_ca,
         "stb_upstream_insecure": upstream_insecure,
         "stb_upstream_proxy": upstream_proxy,
+        "stb_session": session,
         "stb_validity": validity,
         "stb_faults": list(faults),
         "stb_fault_seed": fault_seed,
@@ -235,7 +239,9 @@ def env(host, port, store, confdir, session):
 
     confdir = (confdir or default_confdir(store)).resolve()
     ca = mitm.ensure_ca(confdir)
-    user = f"{session}@" if session else ""
+    # "NAME:@" rather than "NAME@": Python's requests sends the proxy URL's user on plain
+    # HTTP requests only when a password part is present (HTTPS tunnels send it either way).
+    user = f"{session}:@" if session else ""
     proxy = f"http://{user}{_url_host(host)}:{port}"
     lines = {
         "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
@@ -309,6 +315,53 @@ def _print_table(title: str, rows, total: int) -> None:
     for name, count in rows:
         share = 100.0 * count / total if total else 0.0
         click.echo(f"{name:<{width}}  {count:>8}  {share:>5.1f}%")
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+@main.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def sessions(store, as_json):
+    """Sessions with their answers by source and cache hit rate (works while a proxy runs).
+
+    The hit rate counts cache answers among all answers but passthrough ones (an agent's
+    own LLM calls), as StableToolBench reports its cache hit rates.
+    """
+    from stbproxy.store import Store
+
+    try:
+        with Store(store, readonly=True) as db:
+            rows = [_session_summary(name, db.session_records(name)) for name in db.session_names()]
+    except StbError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no sessions yet")
+        return
+    sources = sorted({source for row in rows for source in row["by_source"]})
+    width = max(len("session"), *(len(row["name"]) for row in rows))
+    click.echo(f"{'session':<{width}}  {'calls':>6}  " + "  ".join(f"{s:>11}" for s in sources) + "  hit rate")
+    for row in rows:
+        counts = "  ".join(f"{row['by_source'].get(s, 0):>11}" for s in sources)
+        rate = "-" if row["hit_rate"] is None else f"{100 * row['hit_rate']:.1f}%"
+        click.echo(f"{row['name']:<{width}}  {row['calls']:>6}  {counts}  {rate:>8}")
+
+
+def _session_summary(name: str, records) -> dict:
+    from collections import Counter
+
+    by_source, first, last = Counter(), None, None
+    for record in records:
+        by_source[record["source"]] += 1
+        first = record["time"] if first is None else first
+        last = record["time"]
+    served = sum(n for source, n in by_source.items() if source != "passthrough")
+    return {"name": name, "calls": sum(by_source.values()), "by_source": dict(by_source),
+            "hit_rate": by_source.get("cache", 0) / served if served else None, "first": first, "last": last}
 
 
 # -- import ----------------------------------------------------------------------------------

@@ -29,12 +29,12 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Mode, Request, Response, Source
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.routing import Call, http_call
+from stbproxy.sessions import SessionRecord
 from stbproxy.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
 
 log = logging.getLogger("stbproxy")
 
 SOURCE_HEADER = "X-Stb-Source"
-MISS = "miss"  # X-Stb-Source of a replay miss: no source answered
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itself
 
@@ -61,9 +61,10 @@ class EngineConfig:
 @dataclass(frozen=True)
 class Answer:
     response: Response  # carries the X-Stb-Source header
-    source: Source | str
-    key: str | None = None
+    source: Source
+    key: str | None = None  # the call's key
     meta: Mapping = field(default_factory=dict)  # the entry's facts (error text, taxonomy, model)
+    record_key: str | None = None  # where these answer bytes are kept (an entry or a log/ record)
 
 
 class Engine:
@@ -89,14 +90,25 @@ class Engine:
         self._log_seq = 0
 
     # entry points ---------------------------------------------------------------------
-    async def handle(self, request: Request) -> Answer:
+    async def handle(self, request: Request, session: str | None = None) -> Answer:
         """A request from the HTTP proxy."""
         if self.is_passthrough(request.host):
-            return await self._passthrough(request)
-        return await self.answer(http_call(request, self.catalog, self.config.rules))
+            call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
+            return await self._run(call, session, self._passthrough)
+        return await self.answer(http_call(request, self.catalog, self.config.rules), session)
 
-    async def answer(self, call: Call) -> Answer:
+    async def answer(self, call: Call, session: str | None = None) -> Answer:
         """The calling rules for one routed call (HTTP proxy and /virtual alike)."""
+        return await self._run(call, session, self._answer_call)
+
+    async def _run(self, call: Call, session: str | None, how: Callable[[Call], Awaitable[Answer]]) -> Answer:
+        started = time.perf_counter()
+        answer = await how(call)
+        if session is not None:
+            self._record_session(session, call, answer, time.perf_counter() - started)
+        return answer
+
+    async def _answer_call(self, call: Call) -> Answer:
         mode = self.config.mode
         if mode is Mode.REPLAY and self.faults:
             # Replay never reaches a real API, so faults apply before the store: a
@@ -110,7 +122,7 @@ class Engine:
             hit = self.store.get(call.key)
             if hit is not None:
                 return Answer(hit.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, call.key,
-                              hit.meta)
+                              hit.meta, call.key)
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
         return await self._shared(call.key, lambda: self._miss(call))
@@ -149,8 +161,8 @@ class Engine:
             log.info("invalid upstream answer for %s: %s", self._loggable(call.request), verdict.reason)
             self._save(call, response, self._log_key("invalid", call), Source.UPSTREAM, seconds, meta)
             return await self._simulate(call, verdict.reason)
-        self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
-        return self._answer(response, Source.UPSTREAM, call.key, meta)
+        saved = self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
+        return self._answer(response, Source.UPSTREAM, call.key, meta, saved)
 
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
         log.info("upstream failed for %s: %s", self._loggable(call.request), exc)
@@ -185,11 +197,11 @@ class Engine:
         except StbError as exc:
             result = Simulation(error_object_response(f"Simulation failed: {exc}"), ok=False)
         if not result.ok:
-            self._save(call, result.response, self._log_key("simulated-error", call), Source.SIMULATED_ERROR,
-                       None, {"reason": reason, **result.meta})
-            return self._answer(result.response, Source.SIMULATED_ERROR, call.key)
-        self._save(call, result.response, call.key, Source.SIMULATED, None, result.meta)
-        return self._answer(result.response, Source.SIMULATED, call.key, result.meta)
+            saved = self._save(call, result.response, self._log_key("simulated-error", call),
+                               Source.SIMULATED_ERROR, None, {"reason": reason, **result.meta})
+            return self._answer(result.response, Source.SIMULATED_ERROR, call.key, None, saved)
+        saved = self._save(call, result.response, call.key, Source.SIMULATED, None, result.meta)
+        return self._answer(result.response, Source.SIMULATED, call.key, result.meta, saved)
 
     def _decide(self, call: Call) -> Decision:
         if not self.faults:
@@ -227,7 +239,7 @@ class Engine:
             }
         body = json.dumps(explanation, ensure_ascii=False, indent=2).encode()
         response = Response(404, (("Content-Type", "application/json"),), body)
-        return Answer(response.with_header(SOURCE_HEADER, MISS), MISS, key)
+        return Answer(response.with_header(SOURCE_HEADER, Source.MISS.value), Source.MISS, key)
 
     def closest(self, call: Call) -> tuple[Exchange, list[keys.Difference]] | None:
         """The stored request nearest to this call (same API or host first), with the differences."""
@@ -248,15 +260,26 @@ class Engine:
         return None
 
     # passthrough ----------------------------------------------------------------------
-    async def _passthrough(self, request: Request) -> Answer:
-        call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
+    async def _passthrough(self, call: Call) -> Answer:
         try:
-            response, seconds = await self.upstream.send(request)
+            response, seconds = await self.upstream.send(call.request)
         except UpstreamError as exc:
-            return self._answer(error_object_response(str(exc), status=502), Source.PASSTHROUGH, None)
-        log_key = self._log_key("passthrough", call)
-        self._save(call, response, log_key, Source.PASSTHROUGH, seconds, {})
-        return self._answer(response, Source.PASSTHROUGH, log_key)
+            return self._answer(error_object_response(str(exc), status=502), Source.PASSTHROUGH, call.key)
+        saved = self._save(call, response, self._log_key("passthrough", call), Source.PASSTHROUGH, seconds, {})
+        return self._answer(response, Source.PASSTHROUGH, call.key, None, saved)
+
+    # sessions -------------------------------------------------------------------------
+    def _record_session(self, session: str, call: Call, answer: Answer, seconds: float) -> None:
+        record_key = answer.record_key
+        source = Source(answer.source)
+        if record_key is None:  # an answer kept nowhere yet (injected, miss, 502): keep it for the session
+            record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None, {})
+        record = SessionRecord(0, self.clock(), call.request.method, redact_request(call.request, self.config.rules).url,
+                               answer.response.status, source.value, record_key or "", round(seconds, 6))
+        try:
+            self.store.append_session(session, record.to_dict())
+        except StbError as exc:
+            log.error("could not log session %s: %s", session, exc)
 
     # storing --------------------------------------------------------------------------
     def _log_key(self, kind: str, call: Call) -> str:
@@ -265,7 +288,8 @@ class Engine:
         return f"log/{kind}/{call.host or '-'}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
 
     def _save(self, call: Call, response: Response, key: str, source: Source,
-              seconds: float | None, meta: dict) -> None:
+              seconds: float | None, meta: dict) -> str | None:
+        """Store the exchange under ``key`` (redacted); the key, or None when not stored."""
         request = call.request
         cap = self.config.max_body_bytes
         if len(request.body) > cap or len(response.body) > cap:
@@ -273,7 +297,7 @@ class Engine:
                 "not storing %s: body over the %d-byte cap (request %d, response %d bytes)",
                 self._loggable(request), cap, len(request.body), len(response.body),
             )
-            return
+            return None
         secrets = secret_values(request, self.config.rules)
         exchange = Exchange(
             key=key,
@@ -289,9 +313,12 @@ class Engine:
             self.store.put(exchange)
         except StbError as exc:  # a full disk must not take the answer away from the client
             log.error("could not store %s: %s", self._loggable(request), exc)
+            return None
+        return key
 
-    def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None) -> Answer:
-        return Answer(response.with_header(SOURCE_HEADER, source.value), source, key, meta or {})
+    def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None,
+                record_key: str | None = None) -> Answer:
+        return Answer(response.with_header(SOURCE_HEADER, source.value), source, key, meta or {}, record_key)
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_request(request, self.config.rules).url}"

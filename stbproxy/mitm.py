@@ -24,6 +24,7 @@ from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.models import Request, Response
 from stbproxy.runtime import Runtime
+from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
 from stbproxy.virtual_api import virtual_headers
 from stbproxy.store import default_store_path
@@ -73,6 +74,7 @@ class StbAddon:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
         self.settings: Settings | None = None
+        self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
 
     def load(self, loader) -> None:
         loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
@@ -86,6 +88,7 @@ class StbAddon:
         loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
         loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
         loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
+        loader.add_option("stb_session", Optional[str], None, "Session for requests that name none (default: one per run, serve-<time>).")
         loader.add_option("stb_validity", str, "stb", "Which real answers are valid: stb (StableToolBench's check_result) or strict (HTTP status first).")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
@@ -126,20 +129,39 @@ class StbAddon:
             log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
         return self.runtime
 
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
+        name = session_from_headers(tuple(flow.request.headers.items(multi=True)))
+        if name:
+            self._tunnel_sessions[flow.client_conn.id] = name
+
+    def client_disconnected(self, client) -> None:
+        self._tunnel_sessions.pop(client.id, None)
+
+    def session_for(self, flow: http.HTTPFlow) -> str:
+        """The request's session; the naming headers are removed so they never travel on."""
+        name = session_from_headers(tuple(flow.request.headers.items(multi=True)))
+        flow.request.headers.pop(SESSION_HEADER, None)
+        if proxy_user(tuple(flow.request.headers.items(multi=True))) is not None:
+            flow.request.headers.pop("Proxy-Authorization", None)
+        return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
+
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:
             return  # another addon answered, or the flow is dead
         if addressed_to_proxy(flow):
             flow.response = await self.own_endpoint(flow)
             return
+        session = self.session_for(flow)
         try:
-            answer = await self.open_runtime().engine.handle(request_from_flow(flow))
+            answer = await self.open_runtime().engine.handle(request_from_flow(flow), session)
         except Exception as exc:  # one bad request must never take the proxy down
             log.exception("stbproxy failed on %s %s", flow.request.method, flow.request.pretty_host)
             flow.response = json_response(502, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
             return
         flow.response = response_to_mitm(answer.response)
-        flow.metadata["stb_source"] = str(getattr(answer.source, "value", answer.source))
+        flow.metadata["stb_source"] = answer.source.value
+        flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
 
     async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
@@ -151,7 +173,8 @@ class StbAddon:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             try:
-                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"")
+                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"",
+                                                                 self.session_for(flow))
             except Exception as exc:  # never a 500 for one bad call
                 log.exception("stbproxy /virtual failed")
                 return json_response(200, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
@@ -218,6 +241,7 @@ def settings_from_options(opts) -> Settings:
         # A key for real RapidAPI calls made on behalf of /virtual: from the environment
         # only, so that it never shows among mitmproxy's (printable) options.
         rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
+        session=opts.stb_session,
         simulator=opts.stb_simulator,
         sim_model=opts.stb_sim_model,
         sim_temperature=checked("stb_sim_temperature", parse_temperature),
@@ -232,7 +256,7 @@ def settings_from_options(opts) -> Settings:
 
 
 def _option_named_in(message: str) -> str:
-    for word, option in (("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
+    for word, option in (("session name", "stb_session"), ("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
                          ("simulator", "stb_simulator"), ("fault", "stb_faults")):
         if word in message:
             return option

@@ -24,6 +24,7 @@ class Source(str, enum.Enum):
     INJECTED = "injected"
     PASSTHROUGH = "passthrough"
     IMPORTED = "imported"
+    MISS = "miss"  # replay found nothing: the answer explains the miss
 
 
 class Mode(str, enum.Enum):

@@ -7,6 +7,7 @@ import logging
 
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
+from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.store import Store
 from stbproxy.upstream import Upstream
@@ -59,6 +60,7 @@ class Runtime:
             raise
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
                              catalog=self.catalog, faults=settings.fault_plan())
+        self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
 

@@ -10,6 +10,7 @@ from stbproxy.errors import ConfigError
 from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.models import Mode
+from stbproxy.sessions import safe_session_name
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.validity import POLICIES
 
@@ -34,6 +35,7 @@ class Settings:
     fault_seed: int = 0
     catalog: Path | None = None  # None: catalog.json beside the store, when it exists
     toolbench_url: str | None = None
+    session: str | None = None  # for requests that name none; None: one per run
     rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
     simulator: str = "auto"
     sim_model: str | None = None
@@ -51,6 +53,8 @@ class Settings:
         if self.sim_concurrency < 1:
             raise ConfigError("simulator concurrency must be at least 1")
         self.fault_plan()  # a malformed spec is refused at start, naming the bad part
+        if self.session is not None and safe_session_name(self.session) != self.session:
+            raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'")
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan.from_specs(self.faults, self.fault_seed)

@@ -34,6 +34,7 @@ _HEAD_LEN = struct.Struct(">I")
 ENTRY_PREFIXES = ("http/", "api/")
 LOG_PREFIX = "log/"
 META_PREFIX = "meta/"
+SESSION_PREFIX = "session/"
 DEFAULT_STORE = Path(".stbproxy") / "store"
 
 
@@ -140,6 +141,7 @@ class Store:
     def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._session_seq: dict[str, int] = {}
         self._db = self._open()
 
     def _open(self) -> Rdict:
@@ -231,6 +233,42 @@ class Store:
     def put_meta(self, name: str, document: Any) -> None:
         self._writable()
         self._call(self._db.put, (META_PREFIX + name).encode(), json.dumps(document).encode())
+
+    # sessions ---------------------------------------------------------------------------
+    def append_session(self, name: str, record: dict) -> int:
+        """Append a record to a session's log; returns its sequence number (from 1)."""
+        self._writable()
+        seq = self._session_seq.get(name)
+        if seq is None:
+            seq = self._last_session_seq(name)
+        seq += 1
+        self._session_seq[name] = seq
+        record = {**record, "seq": seq}
+        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), json.dumps(record).encode())
+        return seq
+
+    def session_records(self, name: str) -> Iterator[dict]:
+        for _, value in self._items(f"{SESSION_PREFIX}{name}/"):
+            yield json.loads(value)
+
+    def session_names(self) -> list[str]:
+        """Every session with a log, in name order."""
+        names, prefix = [], SESSION_PREFIX.encode()
+        it = self._call(self._db.iter)
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            name = it.key()[len(prefix):].split(b"/", 1)[0]
+            names.append(name.decode())
+            it.seek(prefix + name + b"/\xff")  # skip to the next session
+        return names
+
+    def _last_session_seq(self, name: str) -> int:
+        prefix = f"{SESSION_PREFIX}{name}/".encode()
+        it = self._call(self._db.iter)
+        it.seek_for_prev(prefix + b"\xff")
+        if it.valid() and it.key().startswith(prefix):
+            return int(it.key()[len(prefix):])
+        return 0
 
     # reporting ------------------------------------------------------------------------
     def stats(self, *, meta_fields: tuple[str, ...] = (), sum_fields: tuple[str, ...] = ()) -> StoreStats:

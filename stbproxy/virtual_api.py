@@ -85,13 +85,13 @@ class VirtualApi:
         self.toolbench_url = toolbench_url
         self.rapidapi_key = rapidapi_key
 
-    async def handle(self, body: bytes) -> VirtualReply:
+    async def handle(self, body: bytes, session: str | None = None) -> VirtualReply:
         parsed = parse(body)
         if isinstance(parsed, VirtualReply):
             return parsed
         if parsed.api_name == CHAT_WITH_USER:
             return VirtualReply(200, {"error": "", "response": "Chat with user."}, "chat")
-        answer = await self.engine.answer(self.call_for(parsed))
+        answer = await self.engine.answer(self.call_for(parsed), session)
         return reply_from_answer(answer)
 
     def call_for(self, request: VirtualRequest) -> Call:
@@ -116,9 +116,9 @@ class VirtualApi:
 def reply_from_answer(answer: Answer) -> VirtualReply:
     """Turn the engine's HTTP-shaped answer back into a StableToolBench answer object."""
     response = answer.response
-    source = str(getattr(answer.source, "value", answer.source))
+    source = answer.source.value
     value = body_value(response.body, response.header("content-type"))
-    if source == "miss" and isinstance(value, Mapping):  # replay: say why, and what was near
+    if answer.source is Source.MISS and isinstance(value, Mapping):  # replay: say why, and what was near
         return VirtualReply(200, {"error": value.get("error", "no stored answer"), "response": "",
                                   "closest": value.get("closest")}, source)
     if answer.source in (Source.SIMULATED_ERROR, Source.INJECTED) or (

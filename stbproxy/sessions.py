@@ -1,0 +1,81 @@
+"""Sessions: which run a request belongs to, named without changing the agent. Pure.
+
+A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42@host:port``
+makes clients send ``Proxy-Authorization: Basic base64("run-42:")``, on plain requests
+and on CONNECT alike), by an ``X-Stb-Session`` request header, by ``serve --session``, or
+else by a default per serve run. Each session keeps an ordered log of light records
+that point at the stored answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import time
+from dataclasses import asdict, dataclass
+
+from stbproxy.models import Headers, header_value
+
+SESSION_HEADER = "X-Stb-Session"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME = 100
+
+
+def safe_session_name(raw: str) -> str:
+    """A name that is safe as a store key part and as a file name.
+
+    Odd characters (``../``, spaces, non-ASCII) become ``_``; when anything had to change,
+    a short digest of the original is appended so that two different raw names never
+    share a session.
+    """
+    cleaned = _UNSAFE.sub("_", raw).strip("._-")[:MAX_NAME] or "session"
+    if cleaned != raw:
+        cleaned = f"{cleaned}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    return cleaned
+
+
+def default_session_name(now: float | None = None) -> str:
+    return time.strftime("serve-%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+
+
+def proxy_user(headers: Headers) -> str | None:
+    """The user of a ``Proxy-Authorization: Basic`` header (the proxy URL's user part)."""
+    value = header_value(headers, "proxy-authorization")
+    if not value:
+        return None
+    scheme, _, credential = value.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user = base64.b64decode(credential.strip(), validate=True).decode("utf-8").partition(":")[0]
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return user or None
+
+
+def session_from_headers(headers: Headers) -> str | None:
+    """The session a request names itself, header first, then the proxy URL's user."""
+    named = header_value(headers, SESSION_HEADER) or proxy_user(headers)
+    return safe_session_name(named) if named else None
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One exchange of a session: what was asked, who answered, and where the answer is."""
+
+    seq: int
+    time: float
+    method: str
+    url: str  # redacted
+    status: int
+    source: str
+    key: str  # the store key of the answer (a cache entry, or a log/ record)
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SessionRecord:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
