@@ -232,7 +232,7 @@ def _load_dir(folder: Path, group: str | None, out: AnswerSet, seed: int, *, top
             continue
         if entry.is_dir():
             if not GROUP_RE.match(entry.name) and _is_session(entry):
-                from .cassettes import load_session
+                from .cassettes import load_session  # the readers import this module's model
 
                 out.add(group, load_session(entry, entry.name))
             elif top:
@@ -257,7 +257,8 @@ def _peek_is_cassette(path: Path) -> bool:
 
 
 def _load_file(path: Path, group: str | None, out: AnswerSet, seed: int) -> None:
-    from .cassettes import load_cassette
+    from .cassettes import load_cassette  # imported here: the readers import this module's model
+    from .toolbench import convert_raw
 
     if path.suffix in CASSETTE_SUFFIXES:
         out.add(group, load_cassette(path, path.stem))
@@ -274,8 +275,6 @@ def _load_file(path: Path, group: str | None, out: AnswerSet, seed: int) -> None
     if isinstance(data, dict) and "interactions" in data:
         out.add(group, load_cassette(path, path.stem))
     elif isinstance(data, dict) and "answer_generation" in data:
-        from .toolbench import convert_raw
-
         qid = _raw_qid(path) or path.stem
         method = path.stem.partition("_")[2] or "unknown"
         out.add(group, convert_raw(data, qid=qid, method=method, seed=seed, where=str(path)))

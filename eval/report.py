@@ -245,15 +245,15 @@ def write_pass_rate_details(folder: str | Path, result: PassRate) -> list[Path]:
             }
             rows.append([entries[o.qid]["query"], str(entries[o.qid]["tool_names"]), steps, final,
                          result.method, o.qid, str(statuses)])
-        base = target / f"{group}_{result.method}"
-        base.with_suffix(".json").write_text(json.dumps(entries, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
+        as_json, as_csv = target / f"{group}_{result.method}.json", target / f"{group}_{result.method}.csv"
+        as_json.write_text(json.dumps(entries, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")
         out = io.StringIO()
         writer = csv.writer(out, delimiter="\t", lineterminator="\n")
         writer.writerow(["query", "available_tools", "model_intermediate_steps", "model_final_step", "model",
                          "query_id", "is_solved"])
         writer.writerows(rows)
-        base.with_suffix(".csv").write_text(out.getvalue(), encoding="utf-8")
-        written += [base.with_suffix(".json"), base.with_suffix(".csv")]
+        as_csv.write_text(out.getvalue(), encoding="utf-8")
+        written += [as_json, as_csv]
     return written
 
 

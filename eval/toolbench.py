@@ -13,6 +13,8 @@ from typing import Any
 
 from .answers import Answer, Problem, tree_problem
 
+# Some ToolBench methods log a tool-retrieval step under this name; it is not an API
+# call of the agent, and the original drops it too.
 _SELECTION = "function_selection"
 
 

@@ -155,11 +155,14 @@ def test_unknown_and_missing_ids_are_named(fake_openai, files, tmp_path):
     answers, _ = files
     ids = write_json(tmp_path / "ids2" / "G1_instruction.json", {"1": 0, "99": 0})
     fake_openai.handler = Script(LABELS, trace=TRACE)
-    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"))
+    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"),
+                    "--method", "agent-v1.5")
     assert result.exit_code == 0
     assert "warning: query 99 (G1_instruction): no answer" in result.stderr
     assert "warning: query 2: answer for an id not in the ids of G1_instruction; ignored" in result.stderr
-    assert ["my_agent", "50.0±0.0", "50.0±0.0"] in table_rows(result.stdout)  # id 99 counts as Unsolved
+    assert ["agent-v1.5", "50.0±0.0", "50.0±0.0"] in table_rows(result.stdout)  # id 99 counts as Unsolved
+    detail = json.loads((tmp_path / "o" / "details" / "G1_instruction_agent-v1.5.json").read_text())
+    assert detail["99"]["is_solved"] == {"0": "missing", "1": "missing", "2": "missing"}
 
 
 def test_refusing_endpoint_stops_with_a_message(fake_openai, files, tmp_path):
