@@ -1,0 +1,40 @@
+"""The benchmark scripts still run: each with --quick, as a real process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def run_script(name: str, timeout: float) -> str:
+    done = subprocess.run([sys.executable, str(SCRIPTS / name), "--quick"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_bench_import_quick():
+    out = run_script("bench_import.py", timeout=80)
+    assert re.search(r"import \(median of 3\): [\d.]+s for \d+ entries: [\d,]+ entries/s", out), out
+    assert re.search(r"ratio import time / parse time: [\d.]+", out), out
+    assert "imported 0 (idempotent)" in out, out
+    assert "all checks passed" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_bench_virtual_quick():
+    out = run_script("bench_virtual.py", timeout=110)
+    for per_api in (50, 5000):
+        assert re.search(rf"{per_api} entries per API: +\d+ req/s, p50 [\d.]+ ms, p99 [\d.]+ ms", out), out
+    assert re.search(r"throughput ratio 5000 / 50: [\d.]+", out), out
+    assert "requests failed: 0" in out, out
+    assert "all answers checked" in out, out
