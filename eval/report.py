@@ -13,7 +13,7 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .answers import main_path
 from .errors import InputError
@@ -111,18 +111,20 @@ def load_summary(folder: str | Path) -> dict[str, Any]:
 
 # --- tables ---------------------------------------------------------------------------
 
-def pass_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def _by_group(summaries: list[dict[str, Any]], first: str, name: Callable[[dict[str, Any]], str],
+              value: Callable[[dict[str, Any]], str]) -> tuple[list[str], list[list[str]]]:
+    """One row per run, groups as columns in the paper's order, the average last."""
     groups = ordered_groups(g["group"] for s in summaries for g in s["groups"])
-    header = ["Method", *groups, AVERAGE]
     rows = []
     for s in summaries:
         by_group = {g["group"]: g for g in s["groups"]}
-        row = [s["method"]]
-        row += [cell(by_group[g]["mean"], by_group[g]["std"]) if g in by_group else "" for g in groups]
-        avg = s.get("average") or {}
-        row.append(cell(avg.get("mean"), avg.get("std")))
-        rows.append(row)
-    return header, rows
+        rows.append([name(s), *(value(by_group[g]) if g in by_group else "" for g in groups),
+                     value(s.get("average") or {})])
+    return [first, *groups, AVERAGE], rows
+
+
+def pass_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    return _by_group(summaries, "Method", lambda s: s["method"], lambda g: cell(g.get("mean"), g.get("std")))
 
 
 def counts_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -138,16 +140,8 @@ def counts_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def win_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    groups = ordered_groups(g["group"] for s in summaries for g in s["groups"])
-    header = ["Candidate vs reference", *groups, AVERAGE]
-    rows = []
-    for s in summaries:
-        by_group = {g["group"]: g for g in s["groups"]}
-        row = [f"{s['candidate']} vs {s['reference']}"]
-        row += [cell(by_group[g]["win_rate"]) if g in by_group else "" for g in groups]
-        row.append(cell((s.get("average") or {}).get("win_rate")))
-        rows.append(row)
-    return header, rows
+    return _by_group(summaries, "Candidate vs reference", lambda s: f"{s['candidate']} vs {s['reference']}",
+                     lambda g: cell(g.get("win_rate")))
 
 
 def wins_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
