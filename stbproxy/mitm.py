@@ -341,3 +341,42 @@ def ensure_ca(confdir: Path) -> Path:
 
     CertStore.from_store(confdir, "mitmproxy", 2048)
     return ca_cert_path(confdir)
+
+
+def read_flow_file(path: str | os.PathLike):
+    """The HTTP exchanges of a mitmproxy flow file (``mitmdump -w``), in order, as
+    ``(Request, Response | None)`` (None: the flow got no answer). Bodies are decoded
+    (no Content-Encoding), as the store keeps answers. A file mitmproxy cannot read (another
+    version's format, corrupt, truncated) raises InputError naming it, after the flows
+    read before the damage."""
+    from mitmproxy import io as mitm_io
+
+    from stbproxy.errors import InputError
+
+    count = 0
+    try:
+        with open(path, "rb") as handle:
+            for flow in mitm_io.FlowReader(handle).stream():
+                count += 1
+                if not isinstance(flow, http.HTTPFlow):
+                    continue  # TCP, UDP, DNS flows: nothing HTTP to import
+                request = Request(flow.request.method, flow.request.url,
+                                  tuple(flow.request.headers.items(multi=True)), flow.request.raw_content or b"")
+                answer = flow.response
+                if answer is None:
+                    yield request, None
+                    continue
+                headers = tuple(answer.headers.items(multi=True))
+                body = answer.get_content(strict=False) or b""
+                if answer.headers.get("content-encoding") and body != (answer.raw_content or b""):
+                    headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
+                yield request, Response(answer.status_code, headers, body, answer.reason or "")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except exceptions.FlowReadException as exc:
+        from mitmproxy.version import VERSION
+
+        raise InputError(f"{path}: not a flow file mitmproxy {VERSION} can read (after {count} flows: {exc}); "
+                         "files from newer mitmproxy versions are not readable by older ones") from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{path}: damaged flow file after {count} flows: {exc}") from exc

@@ -15,6 +15,7 @@ LAYERS = {
     "bodies": 2, "simulation": 2, "sessions": 2,
     "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3,
     "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4,
+    "cassettes": 2,
     "mitm": 5, "cli": 5, "pytest_plugin": 5, "__main__": 6, "__init__": 0,
 }
 OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream"}

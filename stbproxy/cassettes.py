@@ -1,0 +1,356 @@
+"""Exchanges <-> vcrpy cassettes (format version 1), written and read with vcrpy's own
+serializers so that plain vcrpy replays what we export and we read what vcrpy records.
+
+No store, no click, no mitmproxy: the CLI hands exchanges in and takes interactions out.
+Secrets are redacted again on the way out (the store already holds redacted requests;
+this is the last line before bytes leave the machine), and YAML is read with vcrpy's safe
+loader, which refuses ``!!python/object`` and friends instead of constructing them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import yaml
+from vcr.serialize import CASSETTE_FORMAT_VERSION
+from vcr.serializers import compat, jsonserializer, yamlserializer
+
+from stbproxy.errors import InputError, StbError
+from stbproxy.keys import DEFAULT_RULES, KeyRules
+from stbproxy.models import Exchange, Headers, Request, Response, Source
+from stbproxy.redact import redact_request, redact_response, secret_values
+from stbproxy.routing import http_call
+
+SOURCE_HEADER = "X-Stb-Source"  # the same header the engine answers with
+Format = Literal["yaml", "json"]
+FORMATS: tuple[str, ...] = ("yaml", "json")
+# Framing that belongs to one transfer, not to the answer: the store keeps none of it.
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive",
+                              "proxy-connection", "trailer", "upgrade"})
+_FLOW_FILE = re.compile(rb"^\d{1,12}:")  # a mitmproxy flow file is a stream of tnetstrings
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """One request/answer pair read from a cassette or a flow file."""
+
+    index: int  # position in its file, from 0
+    request: Request
+    response: Response
+    source: str | None = None  # the X-Stb-Source the cassette carried, if any
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One interaction that could not be used, and why."""
+
+    index: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"interaction {self.index}: {self.reason}"
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def exchanges_to_cassette(exchanges: Iterable[Exchange], rules: KeyRules = DEFAULT_RULES) -> dict:
+    """The cassette document (``{"interactions": [...], "version": 1}``), as vcrpy writes it."""
+    interactions = []
+    for ex in exchanges:
+        secrets = secret_values(ex.request, rules)
+        request = redact_request(ex.request, rules)
+        response = redact_response(ex.response, secrets | secret_values(request, rules))
+        response = response.with_header(SOURCE_HEADER, ex.source.value)
+        interactions.append({
+            # compat.convert_to_unicode: what vcr.serialize.serialize does to each side,
+            # so a body that is UTF-8 becomes readable text and anything else stays bytes.
+            "request": compat.convert_to_unicode({
+                "body": request.body or None,
+                "headers": _grouped(request.headers),
+                "method": request.method,
+                "uri": request.url,
+            }),
+            "response": compat.convert_to_unicode({
+                "body": {"string": response.body},
+                "headers": _grouped(response.headers),
+                "status": {"code": response.status, "message": response.reason or _reason(response.status)},
+            }),
+        })
+    return {"interactions": interactions, "version": CASSETTE_FORMAT_VERSION}
+
+
+def serialize(cassette: dict, fmt: Format) -> str:
+    """The cassette as text, by vcrpy's serializer for ``fmt``."""
+    if fmt == "yaml":
+        return yamlserializer.serialize(cassette)
+    if fmt == "json":
+        binary = [i for i, it in enumerate(cassette["interactions"])
+                  if isinstance(it["request"]["body"], bytes) or isinstance(it["response"]["body"]["string"], bytes)]
+        if binary:
+            # vcrpy's JSON serializer cannot hold bytes either; say which ones, and what works.
+            raise StbError(f"interaction(s) {_list(binary)} have binary (non-UTF-8) bodies, which a JSON cassette "
+                           "cannot hold; use --format yaml (binary bodies become !!binary)")
+        return jsonserializer.serialize(cassette)
+    raise StbError(f"unknown cassette format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+def write_cassette(path: str | os.PathLike, exchanges: Iterable[Exchange], fmt: Format = "yaml",
+                   rules: KeyRules = DEFAULT_RULES) -> int:
+    """Write the cassette atomically (a temp file beside ``path``, then os.replace);
+    returns how many interactions it holds. Nothing but ``path`` is left behind."""
+    path = Path(path)
+    cassette = exchanges_to_cassette(exchanges, rules)
+    text = serialize(cassette, fmt)
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {path}: the directory {path.parent} does not exist")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    return len(cassette["interactions"])
+
+
+def format_for(path: str | os.PathLike, fmt: str | None = None) -> Format:
+    """The chosen format, else the one the file name says (``.json``), else YAML."""
+    if fmt:
+        return fmt  # type: ignore[return-value]
+    return "json" if str(path).lower().endswith(".json") else "yaml"
+
+
+# -- import ---------------------------------------------------------------------------------
+
+
+def is_flow_file(head: bytes) -> bool:
+    """Whether the first bytes of a file look like a mitmproxy flow file (``mitmdump -w``)."""
+    return bool(_FLOW_FILE.match(head))
+
+
+def read_cassette(path: str | os.PathLike) -> tuple[list[Interaction], list[Problem]]:
+    """The usable interactions of a YAML or JSON cassette and a problem per unusable one.
+
+    Unreadable text, unsafe YAML tags, or a document that is not a version 1 cassette
+    raise InputError naming the file; one bad interaction never stops the others.
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a cassette (not UTF-8 text: {exc.reason} at byte {exc.start})") from exc
+    data = parse_cassette_text(text, str(path))
+    interactions, problems = [], []
+    for index, raw in enumerate(data["interactions"]):
+        try:
+            interactions.append(interaction_from_dict(index, raw))
+        except _Bad as exc:
+            problems.append(Problem(index, str(exc)))
+    return interactions, problems
+
+
+def parse_cassette_text(text: str, name: str) -> dict:
+    """The cassette document, checked down to its list of interactions."""
+    if text.lstrip().startswith("{"):
+        try:
+            data = jsonserializer.deserialize(text)
+        except ValueError as exc:
+            raise InputError(f"{name}: invalid JSON: {exc}") from exc
+    else:
+        try:
+            # vcrpy's loader is a SafeLoader: tags such as !!python/object/apply are refused
+            # (ConstructorError), never executed; only a few inert tags vcrpy writes are read.
+            data = yamlserializer.deserialize(text)
+        except yaml.constructor.ConstructorError as exc:
+            raise InputError(f"{name}: refused an unsafe or unknown YAML tag "
+                             f"({_one_line(exc.problem or str(exc))}{_where(exc)}); nothing was constructed") from exc
+        except yaml.YAMLError as exc:
+            raise InputError(f"{name}: invalid YAML: {_one_line(str(exc))}") from exc
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "request" in data[0]:
+        raise InputError(f"{name}: a cassette from vcrpy before 1.0 (no version); re-record it or migrate it "
+                         "with python -m vcr.migration")
+    if not isinstance(data, dict) or "interactions" not in data:
+        raise InputError(f"{name}: not a vcrpy cassette (no top-level 'interactions')")
+    version = data.get("version")
+    if version != CASSETTE_FORMAT_VERSION:
+        raise InputError(f"{name}: cassette format version {version!r} is not supported "
+                         f"(only version {CASSETTE_FORMAT_VERSION})")
+    if not isinstance(data["interactions"], list):
+        raise InputError(f"{name}: 'interactions' must be a list, not {type(data['interactions']).__name__}")
+    return data
+
+
+class _Bad(ValueError):
+    """One interaction is unusable; the message says why."""
+
+
+def interaction_from_dict(index: int, raw: Any) -> Interaction:
+    if not isinstance(raw, dict):
+        raise _Bad(f"must be a mapping with 'request' and 'response', not {type(raw).__name__}")
+    request, response = _field(raw, "request", dict), _field(raw, "response", dict)
+    method = _field(request, "method", str, "request.method")
+    uri = _field(request, "uri", str, "request.uri")
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", uri):
+        raise _Bad(f"request.uri {uri[:80]!r} is not an absolute URL")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*", method):
+        raise _Bad(f"request.method {method[:40]!r} is not an HTTP method")
+    status = _field(response, "status", dict, "response.status")
+    code = status.get("code")
+    if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 999:
+        raise _Bad(f"response.status.code must be a number from 100 to 999, not {code!r}")
+    message = status.get("message") or ""
+    if not isinstance(message, str):
+        raise _Bad("response.status.message must be text")
+    body = _field(response, "body", dict, "response.body")
+    if "string" not in body:
+        raise _Bad("response.body has no 'string'")
+    headers = _headers(response.get("headers"), "response.headers")
+    source = next((v for k, v in headers if k.lower() == SOURCE_HEADER.lower()), None)
+    headers = tuple((k, v) for k, v in headers
+                    if k.lower() not in _FRAMING_HEADERS and k.lower() != SOURCE_HEADER.lower())
+    response_body = _bytes(body["string"], "response.body.string")
+    response_body, headers = decoded_body(response_body, headers)
+    return Interaction(
+        index,
+        Request(method.upper(), uri, _headers(request.get("headers"), "request.headers"),
+                _bytes(request.get("body"), "request.body")),
+        Response(code, headers, response_body, message),
+        source,
+    )
+
+
+def decoded_body(body: bytes, headers: Headers) -> tuple[bytes, Headers]:
+    """The body without its Content-Encoding (gzip, deflate), as the store keeps answers;
+    an encoding we cannot undo is left in place with its header."""
+    encoding = next((v.strip().lower() for k, v in headers if k.lower() == "content-encoding"), None)
+    if encoding is None:
+        return body, headers
+    try:
+        if encoding in ("identity", ""):
+            decoded = body
+        elif encoding in ("gzip", "x-gzip"):
+            decoded = gzip.decompress(body)
+        elif encoding == "deflate":
+            try:
+                decoded = zlib.decompress(body)
+            except zlib.error:
+                decoded = zlib.decompress(body, -zlib.MAX_WBITS)  # raw deflate, as some servers send
+        else:
+            return body, headers
+    except (OSError, EOFError, zlib.error):
+        return body, headers
+    return decoded, tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
+
+
+def imported_exchange(request: Request, response: Response, *, catalog, rules: KeyRules, now: float,
+                      meta: dict | None = None) -> Exchange:
+    """The stored form of an outside exchange: keyed exactly as the proxy keys the request
+    (API keys where the catalog maps it), redacted, with source ``imported``."""
+    call = http_call(request, catalog, rules)
+    secrets = secret_values(request, rules)
+    response = Response(response.status,
+                        tuple((k, v) for k, v in response.headers
+                              if k.lower() not in _FRAMING_HEADERS and k.lower() != SOURCE_HEADER.lower()),
+                        response.body, response.reason)
+    return Exchange(key=call.key, request=redact_request(request, rules), response=redact_response(response, secrets),
+                    source=Source.IMPORTED, stored_at=now, api=call.api, meta=meta or {})
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _grouped(headers: Headers) -> dict[str, list[str]]:
+    """vcrpy's header form: each name (as first seen) with the list of its values."""
+    out: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for name, value in headers:
+        first = names.setdefault(name.lower(), name)
+        out.setdefault(first, []).append(value)
+    return out
+
+
+def _headers(raw: Any, where: str) -> Headers:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise _Bad(f"{where} must be a mapping of name to values, not {type(raw).__name__}")
+    out = []
+    for name, values in raw.items():
+        if not isinstance(name, str) or not name:
+            raise _Bad(f"{where} has a header name that is not text: {name!r}")
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, bytes):
+                value = value.decode("latin-1")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str):
+                raise _Bad(f"{where}[{name!r}] has a value that is not text: {type(value).__name__}")
+            out.append((name, value))
+    return tuple(out)
+
+
+def _bytes(value: Any, where: str) -> bytes:
+    """A body as vcrpy may have recorded it: text, bytes, nothing, or a re-read buffer."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, io.BytesIO):
+        return value.getvalue()
+    if not isinstance(value, (list, tuple, dict)) and hasattr(value, "__next__"):
+        value = list(value)  # vcrpy's builtins.iter tag: an iterator over chunks
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (bytes, str)) for v in value):
+        return b"".join(v if isinstance(v, bytes) else v.encode("utf-8") for v in value)
+    raise _Bad(f"{where} must be text or bytes, not {type(value).__name__}")
+
+
+def _field(mapping: dict, name: str, kind: type, where: str | None = None):
+    if name not in mapping:
+        raise _Bad(f"missing {where or name}")
+    value = mapping[name]
+    if not isinstance(value, kind):
+        raise _Bad(f"{where or name} must be a {'mapping' if kind is dict else kind.__name__}, "
+                   f"not {type(value).__name__}")
+    return value
+
+
+def _reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
+def _where(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    return f" at line {mark.line + 1}" if mark else ""
+
+
+def _list(indexes: list[int]) -> str:
+    shown = ", ".join(map(str, indexes[:10]))
+    return shown + (f" and {len(indexes) - 10} more" if len(indexes) > 10 else "")
