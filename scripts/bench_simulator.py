@@ -276,6 +276,15 @@ class Proc:
         return self.popen.returncode
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def peak_in_flight(arrivals: list[float], seconds: float) -> int:
     """Most LLM calls in flight at once, each taking ``seconds`` from its arrival."""
     events = sorted([(t, 1) for t in arrivals] + [(t + seconds, -1) for t in arrivals])
@@ -358,9 +367,15 @@ class Bench:
         alone, beside = [], []
         for rep in range(1, a.repeats + 1):
             # Alternate, so that drift in the machine's load hits both alike.
+            cpu0 = cpu_seconds(proxy.popen.pid)
             quiet = self.load(port, requests=a.requests, warmup=a.warmup, misses=0, label=f"alone #{rep}")
+            cpu1 = cpu_seconds(proxy.popen.pid)
             llm.reset()
             busy = self.load(port, requests=a.requests, warmup=a.warmup, misses=a.misses, label=f"busy #{rep}")
+            cpu2 = cpu_seconds(proxy.popen.pid)
+            # The proxy's CPU per hit, and per simulated miss once the hits' share is taken out.
+            per_hit = (cpu1 - cpu0) / (a.requests + a.warmup)
+            per_miss = (cpu2 - cpu1 - per_hit * (a.requests + a.warmup)) / max(1, busy["misses_done"])
             peak = peak_in_flight([r.at for r in llm.requests if r.path.endswith("/chat/completions")],
                                   LLM_SECONDS)
             alone.append(quiet)
@@ -370,6 +385,8 @@ class Bench:
             print(f"  #{rep} beside  p50 {busy['p50_ms']:6.2f} ms  p99 {busy['p99_ms']:6.2f} ms"
                   f"  ({busy['requests'] / busy['seconds']:.0f} req/s); {busy['misses_done']} simulations answered "
                   f"(p50 {busy['miss_p50_s']:.2f} s), LLM peak in flight {peak}", flush=True)
+            print(f"     proxy CPU: {per_hit * 1e3:.2f} ms per hit, {per_miss * 1e3:.2f} ms per simulated miss",
+                  flush=True)
 
         p99_alone = statistics.median(r["p99_ms"] for r in alone)
         p99_beside = statistics.median(r["p99_ms"] for r in beside)

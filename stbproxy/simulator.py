@@ -311,6 +311,26 @@ class BadReply(ValueError):
     """The model's reply cannot serve as an answer; the message says why."""
 
 
+JSON_MODE = {"response_format": {"type": "json_object"}}
+
+
+def reply_text(completion: Any, meta: dict[str, Any]) -> str | None:
+    """The assistant text of a chat completion (parsed JSON); its model and tokens go to meta."""
+    if not isinstance(completion, dict):
+        raise BadReply(f"the backend answered {type(completion).__name__}, not a chat completion")
+    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+    meta["model"] = completion.get("model") or meta["model"]
+    for name in ("prompt_tokens", "completion_tokens"):
+        meta[name] += usage.get(name) if isinstance(usage.get(name), int) else 0
+    try:
+        content = completion["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise BadReply("the backend's reply has no message content") from None
+    if content is not None and not isinstance(content, str):
+        raise BadReply("the backend's message content is not text")
+    return content
+
+
 def parse_reply(text: str | None) -> tuple[str, Any]:
     """(error, response) of a reply, or BadReply."""
     if text is None or not text.strip():
@@ -354,8 +374,8 @@ class LlmSimulator:
     """Asks an OpenAI-compatible chat model to answer as the API would.
 
     Everything runs on the caller's event loop, the one that also serves cache hits, so
-    the per-call work is kept small: examples are picked once per API for a while, the
-    client's lazy imports are paid at start, and calls are spread over small clients.
+    the per-call work is kept small: examples are picked once per API for a while, replies
+    stay plain JSON, and calls are spread over small clients.
     """
 
     def __init__(self, config: SimulatorConfig, catalog: Catalog | None, store, *,
@@ -381,10 +401,6 @@ class LlmSimulator:
         except openai.OpenAIError as exc:
             raise ConfigError("the LLM simulator needs OPENAI_API_KEY (or OPENAI_BASE_URL for a "
                               "backend without keys); or use --simulator schema") from exc
-        for client in self._clients:
-            # The first access imports the chat resources (half a second of CPU, holding the
-            # GIL): pay it at start rather than during the first simulation.
-            client.chat.completions  # noqa: B018
         self._busy = [0] * shards  # calls in flight per client
 
     async def aclose(self) -> None:
@@ -430,12 +446,8 @@ class LlmSimulator:
         reason = ""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             completion = await self._complete(messages)
-            usage = completion.usage
-            meta["model"] = completion.model or self.model
-            meta["prompt_tokens"] += getattr(usage, "prompt_tokens", 0) or 0
-            meta["completion_tokens"] += getattr(usage, "completion_tokens", 0) or 0
-            text = completion.choices[0].message.content if completion.choices else None
             try:
+                text = reply_text(completion, meta)
                 error, response = parse_reply(text)
             except BadReply as exc:
                 reason = str(exc)
@@ -461,19 +473,22 @@ class LlmSimulator:
         shard = self._busy.index(min(self._busy))  # the least busy client
         self._busy[shard] += 1
         try:
-            return await self._create(self._clients[shard].chat.completions.create, request)
+            return await self._post(self._clients[shard], request)
         finally:
             self._busy[shard] -= 1
 
-    async def _create(self, create, request: dict[str, Any]):
+    async def _post(self, client: openai.AsyncOpenAI, request: dict[str, Any]) -> Any:
+        # The client's generic post (its retries, timeouts and error types) with the reply
+        # left as parsed JSON: chat.completions.create() walks every message through type
+        # introspection and builds pydantic objects, which doubles the CPU a call costs.
         if not self._json_mode:
-            return await create(**request)
+            return await client.post("/chat/completions", body=request, cast_to=object)
         try:
-            return await create(**request, response_format={"type": "json_object"})
+            return await client.post("/chat/completions", body=request | JSON_MODE, cast_to=object)
         except openai.BadRequestError as exc:
             log.info("simulator: the LLM backend refused JSON mode (HTTP %s); asking without it",
                      exc.status_code)
-        completion = await create(**request)
+        completion = await client.post("/chat/completions", body=request, cast_to=object)
         # Only now is it clear the 400 was about JSON mode and not the request itself.
         self._json_mode = False
         return completion

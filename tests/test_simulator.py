@@ -203,6 +203,7 @@ def test_model_error_text_goes_to_meta_and_body(fake_openai, catalog, store):
     (json.dumps([{"error": "", "response": 1}]), "'error' and 'response'"),
     (json.dumps({"error": "", "response": ""}), "neither a response nor an error"),
     (json.dumps({"error": "", "response": "x" * 200_000}), "cap"),
+    ({"id": "x", "object": "chat.completion", "choices": []}, "no message content"),  # the whole HTTP body
 ])
 def test_bad_replies_are_retried_then_fail(fake_openai, catalog, store, caplog, reply, reason):
     fake_openai.handler = lambda _r: reply
