@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +25,7 @@ from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
 from stbproxy.routing import stored_request
+from stbproxy.store import encode_exchange
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,30 @@ def read_cache_file(path: Path, root: Path, *, catalog: Catalog | None = None, r
         )
 
 
+# The common cache key is a flat dict of plain scalars: {'city': 'Paris', 'days': 3}.
+# Matching it with one regular expression is ~3x cheaper than compiling it with
+# ast.literal_eval; anything else (escapes, quotes inside strings, nesting) falls back.
+_STR = r"'[^'\\\n]*'"
+_SCALAR = rf"(?:{_STR}|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|True|False|None)"
+_FLAT_DICT = re.compile(rf"\{{(?:{_STR}: {_SCALAR}(?:, {_STR}: {_SCALAR})*)?\}}")
+_PAIR = re.compile(rf"({_STR}): ({_SCALAR})")
+_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def _scalar(text: str):
+    if text[0] == "'":
+        return text[1:-1]
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
 def parse_args(raw_key: str):
     """``str(args_dict)`` back into a dict; None when it is not a plain literal."""
     if raw_key.strip() in ("", "{}"):
         return {}
+    if _FLAT_DICT.fullmatch(raw_key):
+        return {key[1:-1]: _scalar(value) for key, value in _PAIR.findall(raw_key)}
     try:
         return ast.literal_eval(raw_key)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
@@ -109,3 +133,51 @@ def parse_args(raw_key: str):
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+# -- encoding files, in parallel -------------------------------------------------------------
+# Files are independent, so the costly part (parse, validate, key, encode) runs in worker
+# processes, one per core; the importing process only checks for duplicates and writes.
+
+
+@dataclass
+class EncodedFile:
+    records: list[tuple[str, bytes]]  # (key, encoded record), ready for Store.put_encoded_many
+    entries: int
+    invalid: int
+    problems: list[Problem]
+
+
+def encode_file(path: Path, root: Path, *, catalog: Catalog | None, include_invalid: bool, now: float) -> EncodedFile:
+    summary = ImportSummary()
+    records = [(e.key, encode_exchange(e)) for e in read_cache_file(
+        path, root, catalog=catalog, include_invalid=include_invalid, now=now, summary=summary)]
+    return EncodedFile(records, summary.entries, summary.invalid, summary.problems)
+
+
+_WORKER: dict = {}
+
+
+def _start_worker(root: str, catalog_file: str | None, include_invalid: bool, now: float) -> None:
+    _WORKER.update(root=Path(root), catalog=Catalog.load(catalog_file) if catalog_file else None,
+                   include_invalid=include_invalid, now=now)
+
+
+def _encode_in_worker(path: str) -> EncodedFile:
+    return encode_file(Path(path), _WORKER["root"], catalog=_WORKER["catalog"],
+                       include_invalid=_WORKER["include_invalid"], now=_WORKER["now"])
+
+
+def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, include_invalid: bool,
+                  now: float, jobs: int | None = None) -> Iterator[EncodedFile]:
+    """Every file encoded, in order; ``jobs`` worker processes (default: one per core)."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(files) < 2 * jobs:
+        catalog = Catalog.load(catalog_file) if catalog_file else None
+        for path in files:
+            yield encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=now)
+        return
+    with ProcessPoolExecutor(jobs, initializer=_start_worker,
+                             initargs=(str(root), str(catalog_file) if catalog_file else None,
+                                       include_invalid, now)) as pool:
+        yield from pool.map(_encode_in_worker, [str(p) for p in files], chunksize=8)

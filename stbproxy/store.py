@@ -209,6 +209,21 @@ class Store:
             batch.put(ex.key.encode(), encode_exchange(ex))
         self._call(self._db.write, batch)
 
+    def put_encoded_many(self, records: list[tuple[str, bytes]]) -> None:
+        """Write records already encoded by encode_exchange, atomically (bulk imports)."""
+        self._writable()
+        batch = WriteBatch(raw_mode=True)
+        for key, value in records:
+            batch.put(key.encode(), value)
+        self._call(self._db.write, batch)
+
+    def existing(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` are stored, in one multi-get."""
+        if not keys:
+            return set()
+        values = self._call(self._db.get, [k.encode() for k in keys])
+        return {k for k, v in zip(keys, values) if v is not None}
+
     def delete(self, key: str) -> None:
         self._writable()
         self._call(self._db.delete, key.encode())

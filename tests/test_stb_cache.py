@@ -71,3 +71,19 @@ def test_include_invalid_keeps_cached_failures(tmp_path):
 def test_missing_cache_folder_is_named(tmp_path):
     with pytest.raises(InputError, match="not a StableToolBench cache folder"):
         cache_files(tmp_path / "nowhere")
+
+
+# -- the fast path for flat literals agrees with ast.literal_eval ---------------------------------
+import ast  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+scalars = st.one_of(st.text(max_size=12), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                    st.booleans(), st.none())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=10), scalars, max_size=6))
+def test_fast_literal_path_agrees_with_literal_eval(args):
+    raw = str(args)
+    assert parse_args(raw) == ast.literal_eval(raw)
