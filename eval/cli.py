@@ -51,9 +51,10 @@ class _Bar(Progress):
                 self._bar.update(n)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
+        with self._lock:
+            if self._bar is not None:
+                self._bar.__exit__(None, None, None)
+                self._bar = None
 
 
 class _Warnings:

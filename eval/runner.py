@@ -38,12 +38,19 @@ def run_rounds(tasks: Sequence[T], rounds: int, work: Callable[[T, int], R], *,
     results: list[list[R]] = []
     if not tasks or rounds <= 0:
         return [[] for _ in range(max(rounds, 0))]
+
+    def counted(task: T, r: int) -> R:
+        # Counted inside the job, not in a done-callback: callbacks may run after wait()
+        # returns, and the bar would move after the run had finished.
+        try:
+            return work(task, r)
+        finally:
+            progress.step()
+
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="stbeval-judge")
     try:
         for r in range(rounds):
-            futures: list[Future[R]] = [pool.submit(work, task, r) for task in tasks]
-            for fut in futures:
-                fut.add_done_callback(lambda _f: progress.step())
+            futures: list[Future[R]] = [pool.submit(counted, task, r) for task in tasks]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = next((f for f in done if f.exception() is not None), None)
             if failed is not None:
