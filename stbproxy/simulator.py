@@ -200,6 +200,29 @@ def stored_examples(store, facts: CallFacts, skip_key: str, limit: int) -> list[
     return (real + simulated)[:limit]
 
 
+class ExampleCache:
+    """``stored_examples`` remembered per API for a while.
+
+    Scanning and decoding up to a few hundred entries takes milliseconds on the event loop
+    that also serves cache hits; examples need not be fresher than this.
+    """
+
+    def __init__(self, store, limit: int) -> None:
+        self.store = store
+        self.limit = limit
+        self._picked: dict[tuple[str, ...], tuple[float, list[Exchange]]] = {}
+
+    def get(self, facts: CallFacts, key: str) -> list[Exchange]:
+        now = time.monotonic()
+        cached = self._picked.get(facts.prefixes)
+        if cached is None or cached[0] < now:
+            if len(self._picked) >= EXAMPLE_CACHE_SIZE:
+                self._picked.clear()
+            picked = stored_examples(self.store, facts, key, self.limit + 1)  # a spare for the skip below
+            cached = self._picked[facts.prefixes] = (now + EXAMPLE_CACHE_SECONDS, picked)
+        return [ex for ex in cached[1] if ex.key != key][: self.limit]
+
+
 def fit_examples(examples: list[tuple[str, str]], budget: int) -> list[tuple[str, str]]:
     """(input, output) texts trimmed so that all of them together fit in ``budget`` characters.
 
@@ -386,7 +409,7 @@ class LlmSimulator:
         self.rules = rules
         self.model = config.model_name
         self._slots = asyncio.Semaphore(config.concurrency)
-        self._examples: dict[tuple[str, ...], tuple[float, list[Exchange]]] = {}
+        self._examples = ExampleCache(store, config.max_examples)
         self._json_mode = True  # until the backend refuses response_format
         api_key = config.api_key
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and (
@@ -414,7 +437,7 @@ class LlmSimulator:
         try:
             facts = call_facts(job, self.catalog, self.rules)
             name = facts.name
-            found = self._examples_for(facts, job.key)
+            found = self._examples.get(facts, job.key)
             pairs = [(_json(_without_secrets(call_args(ex.request, facts.doc, self.catalog), self.rules)),
                       _body_text(ex.response.body)) for ex in found]
             messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
@@ -427,19 +450,6 @@ class LlmSimulator:
             reason = f"internal error ({type(exc).__name__})"
         log.warning("simulation of %s failed: %s", name, reason)
         return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
-
-    def _examples_for(self, facts: CallFacts, key: str) -> list[Exchange]:
-        # Scanning and decoding up to a few hundred entries takes milliseconds on the event
-        # loop that also serves cache hits: do it once per API and reuse the pick for a while.
-        limit = self.config.max_examples
-        now = time.monotonic()
-        cached = self._examples.get(facts.prefixes)
-        if cached is None or cached[0] < now:
-            if len(self._examples) >= EXAMPLE_CACHE_SIZE:
-                self._examples.clear()
-            picked = stored_examples(self.store, facts, key, limit + 1)  # one spare for the skip below
-            cached = self._examples[facts.prefixes] = (now + EXAMPLE_CACHE_SECONDS, picked)
-        return [ex for ex in cached[1] if ex.key != key][:limit]
 
     async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
         """Up to MAX_ATTEMPTS calls until a reply parses; openai errors propagate."""
@@ -517,8 +527,8 @@ class SchemaSimulator:
 
     def __init__(self, catalog: Catalog | None, store, *, rules: KeyRules = DEFAULT_RULES) -> None:
         self.catalog = catalog
-        self.store = store
         self.rules = rules
+        self._examples = ExampleCache(store, 1)
 
     async def aclose(self) -> None:
         pass
@@ -528,7 +538,7 @@ class SchemaSimulator:
         template = facts.doc.template_response if facts.doc else None
         example = None
         if template in (None, "", {}, []):
-            real = [ex for ex in stored_examples(self.store, facts, job.key, 1) if ex.source in REAL_SOURCES]
+            real = [ex for ex in self._examples.get(facts, job.key) if ex.source in REAL_SOURCES]
             example = _parsed(real[0].response.body) if real else None
         answer = virtual_answer(template, job.key, example)
         return Simulation(api_body_response(answer["response"]), ok=True, meta={"simulator": "schema"})
