@@ -100,6 +100,10 @@ def request_key(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
     return canonical(request, rules).storage_key()
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_SORTED_COMPACT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
     """``api/<category>/<tool>/<api>/<digest>``: one key per API call, whatever the wire form.
 
@@ -107,7 +111,7 @@ def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) 
     the same call arrives as a query string over HTTP and as typed JSON over /virtual.
     """
     kept = {k: arg_text(v) for k, v in args.items() if k.lower() not in rules.unkeyed_fields}
-    material = json.dumps(kept, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    material = _SORTED_COMPACT.encode(kept)
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{api_prefix(api)}{digest}"
 
@@ -119,7 +123,7 @@ def arg_text(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return ""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _SORTED_COMPACT.encode(value)
 
 
 def api_prefix(api: ApiRef) -> str:

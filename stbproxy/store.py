@@ -45,6 +45,9 @@ def default_store_path() -> Path:
 # -- encoding -------------------------------------------------------------------------
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once: records are many
+
+
 def encode_exchange(ex: Exchange) -> bytes:
     head = {
         "request": {
@@ -64,7 +67,7 @@ def encode_exchange(ex: Exchange) -> bytes:
         "api": [ex.api.category, ex.api.tool, ex.api.api] if ex.api else None,
         "meta": dict(ex.meta),
     }
-    raw_head = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    raw_head = _COMPACT.encode(head).encode("utf-8", "surrogatepass")
     return MAGIC + _HEAD_LEN.pack(len(raw_head)) + raw_head + ex.response.body
 
 

@@ -54,6 +54,16 @@ _STB_INVALID_RULES: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
+# The same marks flattened in rule order, so that one plain loop finds the first match:
+# (mark, rule, compare with the text as is). Cheaper than a generator per rule, which
+# matters when a 165,000-entry cache is imported.
+_STB_MARKS: tuple[tuple[str, int, bool], ...] = tuple(
+    (mark, rule, exact)
+    for rule, lower_marks, exact_marks in _STB_INVALID_RULES
+    for mark, exact in [*((m, False) for m in lower_marks), *((m, True) for m in exact_marks)]
+)
+
+
 def _stb_rules(obj: Any) -> tuple[bool, str]:
     """check_result's decision with the rule that made it."""
     if not isinstance(obj, Mapping):
@@ -69,10 +79,8 @@ def _stb_rules(obj: Any) -> tuple[bool, str]:
     # Checked before the failure markers: ToolBench treats this TypeError as an answer.
     if "got an unexpected keyword argument" in lowered:
         return True, "rule 2: unexpected keyword argument"
-    for rule, lower_marks, exact_marks in _STB_INVALID_RULES:
-        mark = next((m for m in lower_marks if m in lowered), None) or next(
-            (m for m in exact_marks if m in text), None)
-        if mark:
+    for mark, rule, exact in _STB_MARKS:
+        if mark in (text if exact else lowered):
             return False, f"rule {rule}: response contains {mark!r}"
     if not text:
         return False, "rule 6: empty response"
