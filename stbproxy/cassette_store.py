@@ -1,0 +1,108 @@
+"""One cassette served in place of the store: ``stbproxy serve --mode replay --cassette FILE``.
+
+It answers the engine's reads from the cassette's interactions, keyed exactly as the
+proxy keys requests, and keeps every write in memory: the RocksDB store is never
+touched. In ordered mode the n-th request with a key gets the n-th recorded answer (as
+vcrpy plays repeated requests); otherwise every request gets the first. At shutdown it
+reports what was played, what was never played and what was asked but not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from stbproxy.cassettes import imported_exchange, read_cassette
+from stbproxy.errors import InputError
+from stbproxy.keys import KeyRules
+from stbproxy.models import Exchange
+
+
+@dataclass
+class PlaybackReport:
+    cassette: str
+    interactions: int
+    played: int = 0
+    unplayed: list[dict] = field(default_factory=list)  # {"index", "method", "url"}
+    unmatched: list[dict] = field(default_factory=list)  # the replay-miss explanations
+    problems: list[str] = field(default_factory=list)  # interactions that could not be read
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+    def summary(self) -> str:
+        return (f"cassette {self.cassette}: {self.played} of {self.interactions} interactions played, "
+                f"{len(self.unplayed)} never played, {len(self.unmatched)} requests not in the cassette")
+
+
+class CassetteStore:
+    readonly = False  # writes are accepted, and kept in memory only
+    reads_cacheable = False  # every read counts: ordered playback and the played report
+
+
+    def __init__(self, path: Path, *, catalog, rules: KeyRules, ordered: bool = False) -> None:
+        self.path = Path(path)
+        interactions, problems = read_cassette(self.path)
+        if not interactions:
+            raise InputError(f"{self.path}: no usable interaction to replay"
+                             + (f" ({problems[0]})" if problems else ""))
+        self.ordered = ordered
+        self._order: list[tuple[int, Exchange]] = []
+        self._by_key: dict[str, list[tuple[int, Exchange]]] = defaultdict(list)
+        for interaction in interactions:
+            exchange = imported_exchange(interaction.request, interaction.response, catalog=catalog,
+                                         rules=rules, now=0.0)
+            self._by_key[exchange.key].append((interaction.index, exchange))
+            self._order.append((interaction.index, exchange))
+        self._served: Counter[str] = Counter()
+        self._played: set[int] = set()
+        self._memory: dict[str, Exchange] = {}  # what the engine writes (logs), never on disk
+        self.report = PlaybackReport(str(self.path), len(interactions) + len(problems),
+                                     problems=[str(p) for p in problems])
+
+    # the engine's reads ------------------------------------------------------------------
+    def get(self, key: str) -> Exchange | None:
+        recorded = self._by_key.get(key)
+        if not recorded:
+            return self._memory.get(key)
+        position = self._served[key]
+        if position >= len(recorded):
+            if self.ordered:
+                return None  # every recorded answer for this request was played once already
+            position = 0
+        self._served[key] += 1
+        index, exchange = recorded[position]
+        self._played.add(index)
+        return exchange
+
+    def scan(self, prefix: str) -> Iterator[Exchange]:
+        for _index, exchange in self._order:
+            if exchange.key.startswith(prefix):
+                yield exchange
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._by_key
+
+    # writes stay in memory ----------------------------------------------------------------
+    def put(self, exchange: Exchange) -> None:
+        self._memory[exchange.key] = exchange
+
+    def append_session(self, name: str, record: dict) -> int:
+        return 0
+
+    # shutdown -------------------------------------------------------------------------------
+    def close(self, misses: list[dict] = ()) -> None:
+        self.report.unmatched = list(misses)
+        self.report.played = len(self._played)
+        self.report.unplayed = [
+            {"index": index, "method": exchange.request.method, "url": exchange.request.url}
+            for index, exchange in self._order if index not in self._played
+        ]
+
+    def write_report(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.report.to_dict(), indent=2))
+        tmp.replace(path)
