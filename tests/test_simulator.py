@@ -14,8 +14,8 @@ import pytest
 
 from stbproxy import keys
 from stbproxy.catalog import ApiDoc, Catalog, Param
-from stbproxy.engine import SimulationRequest
-from stbproxy.errors import ConfigError
+from stbproxy.engine import Engine, SimulationRequest
+from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.simulator import (
     MAX_ATTEMPTS,
@@ -428,3 +428,35 @@ def test_build_simulator(catalog, store, monkeypatch):
     sim = build_simulator(SimulatorConfig(), catalog, store)
     assert isinstance(sim, LlmSimulator)
     run(sim.aclose())
+
+
+# -- through the engine -------------------------------------------------------------------------------
+
+
+class RefusingUpstream:
+    async def send(self, request):
+        raise UpstreamError("connection refused")
+
+
+def test_engine_stores_good_simulations_with_tokens_and_never_failed_ones(fake_openai, catalog, store):
+    replies = iter([GOOD, "no JSON here"] + ["still none"] * 2)
+    fake_openai.handler = lambda _r: next(replies)
+    sim = llm(fake_openai, catalog, store)
+
+    async def two_calls():
+        engine = Engine(store, RefusingUpstream(), simulator=sim, catalog=catalog)
+        try:
+            good = await engine.handle(weather_job("Oslo").request)
+            bad = await engine.handle(weather_job("Rome").request)
+            return good, bad
+        finally:
+            await sim.aclose()
+
+    good, bad = run(two_calls())
+    assert good.response.header("X-Stb-Source") == "simulated"
+    assert bad.response.header("X-Stb-Source") == "simulated-error"
+    stored = list(store.scan("api/"))
+    assert [ex.key for ex in stored] == [good.key]
+    assert stored[0].meta["model"] == "sim-model" and stored[0].meta["prompt_tokens"] > 0
+    assert SECRET_KEY not in repr(stored[0].request) and SECRET_FIELD not in repr(stored[0].request)
+    assert store.get(bad.key) is None  # the next request tries again
