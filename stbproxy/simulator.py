@@ -405,7 +405,6 @@ class LlmSimulator:
                  rules: KeyRules = DEFAULT_RULES) -> None:
         self.config = config
         self.catalog = catalog
-        self.store = store
         self.rules = rules
         self.model = config.model_name
         self._slots = asyncio.Semaphore(config.concurrency)
