@@ -68,11 +68,9 @@ class CassetteStore:
         recorded = self._by_key.get(key)
         if not recorded:
             return self._memory.get(key)
-        position = self._served[key]
+        position = self._served[key] if self.ordered else 0
         if position >= len(recorded):
-            if self.ordered:
-                return None  # every recorded answer for this request was played once already
-            position = 0
+            return None  # ordered: every recorded answer for this request was played already
         self._served[key] += 1
         index, exchange = recorded[position]
         self._played.add(index)

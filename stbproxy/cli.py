@@ -79,7 +79,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=Mode.VIRTUAL.value, show_default=True,
+@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None, show_default="virtual; replay with --cassette",
               help="virtual: store, else the real API, else the simulator; record: always the real API, "
                    "storing what comes back; replay: the store only, never the network.")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -110,6 +110,12 @@ def main() -> None:
 @click.option("--session", default=None, metavar="NAME",
               help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
                    "or an X-Stb-Session header) [default: one per run, serve-<time>].")
+@click.option("--cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Replay this vcrpy cassette (YAML or JSON) instead of the store, which stays untouched.")
+@click.option("--ordered", is_flag=True,
+              help="With --cassette: the n-th request with the same key gets the n-th recorded answer.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
 @click.option("--validity", type=click.Choice(["stb", "strict"]), default="stb", show_default=True,
               help="Which real answers are valid: stb (StableToolBench's check_result, substring rules) "
                    "or strict (HTTP status first).")
@@ -135,7 +141,8 @@ def main() -> None:
               help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, validity,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
+          ordered, report, validity,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, verbose):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
@@ -152,6 +159,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
     """
     from stbproxy import mitm  # mitmproxy is heavy: imported only by commands that need it
 
+    mode = mode or (Mode.REPLAY.value if cassette else Mode.VIRTUAL.value)
     if not _is_loopback(host) and not proxy_auth:
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
@@ -171,6 +179,9 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_upstream_insecure": upstream_insecure,
         "stb_upstream_proxy": upstream_proxy,
         "stb_session": session,
+        "stb_cassette": str(cassette) if cassette else None,
+        "stb_ordered": ordered,
+        "stb_report": str(report) if report else None,
         "stb_validity": validity,
         "stb_faults": list(faults),
         "stb_fault_seed": fault_seed,

@@ -298,8 +298,12 @@ class Engine:
     def _record_session(self, session: str, call: Call, answer: Answer, seconds: float) -> None:
         record_key = answer.record_key
         source = Source(answer.source)
-        if record_key is None:  # an answer kept nowhere yet (injected, miss, 502): keep it for the session
-            record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None, {})
+        # Keep a copy for the session when the answer is kept nowhere yet (injected, miss,
+        # 502), and in record mode, where a repeated request overwrites its entry: the
+        # session must replay the n-th answer it got, not the last one.
+        if record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM):
+            record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,
+                                    dict(answer.meta))
         record = SessionRecord(0, self.clock(), call.request.method, redact_request(call.request, self.config.rules).url,
                                answer.response.status, source.value, record_key or "", round(seconds, 6))
         try:

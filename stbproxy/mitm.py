@@ -90,6 +90,9 @@ class StbAddon:
         loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
         loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
         loader.add_option("stb_session", Optional[str], None, "Session for requests that name none (default: one per run, serve-<time>).")
+        loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
+        loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
+        loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
         loader.add_option("stb_validity", str, "stb", "Which real answers are valid: stb (StableToolBench's check_result) or strict (HTTP status first).")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
@@ -218,7 +221,7 @@ def settings_from_options(opts) -> Settings:
 
     if opts.stb_max_body < 0:
         raise exceptions.OptionsError("stb_max_body: must be 0 or more bytes")
-    for name in ("stb_upstream_ca", "stb_catalog"):
+    for name in ("stb_upstream_ca", "stb_catalog", "stb_cassette"):
         value = getattr(opts, name)
         if value and not Path(value).is_file():
             raise exceptions.OptionsError(f"{name}: no such file: {value}")
@@ -243,6 +246,9 @@ def settings_from_options(opts) -> Settings:
         # only, so that it never shows among mitmproxy's (printable) options.
         rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
         session=opts.stb_session,
+        cassette=Path(opts.stb_cassette) if opts.stb_cassette else None,
+        ordered=opts.stb_ordered,
+        report=Path(opts.stb_report) if opts.stb_report else None,
         simulator=opts.stb_simulator,
         sim_model=opts.stb_sim_model,
         sim_temperature=checked("stb_sim_temperature", parse_temperature),
@@ -257,7 +263,7 @@ def settings_from_options(opts) -> Settings:
 
 
 def _option_named_in(message: str) -> str:
-    for word, option in (("session name", "stb_session"), ("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
+    for word, option in (("cassette", "stb_cassette"), ("session name", "stb_session"), ("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
                          ("simulator", "stb_simulator"), ("fault", "stb_faults")):
         if word in message:
             return option

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from stbproxy.cassette_store import CassetteStore
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.sessions import default_session_name
@@ -51,7 +52,11 @@ class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.catalog = load_catalog(settings)  # before the store: a bad file leaves nothing open
-        self.store = Store(settings.store)
+        if settings.cassette is not None:  # the RocksDB store stays untouched
+            self.store = CassetteStore(settings.cassette, catalog=self.catalog, rules=settings.key_rules(),
+                                       ordered=settings.ordered)
+        else:
+            self.store = Store(settings.store)
         try:
             self.upstream = Upstream(settings.upstream_config())
             self.simulator = build_simulator(settings, self.catalog, self.store)
@@ -68,4 +73,18 @@ class Runtime:
         try:
             await self.upstream.aclose()
         finally:
-            self.store.close()
+            if isinstance(self.store, CassetteStore):
+                self._report_playback(self.store)
+            else:
+                self.store.close()
+
+    def _report_playback(self, cassette: CassetteStore) -> None:
+        cassette.close(self.engine.misses)
+        report = cassette.report
+        log.warning("%s", report.summary())
+        for item in report.unplayed[:20]:
+            log.warning("  never played: #%s %s %s", item["index"], item["method"], item["url"])
+        for miss in report.unmatched[:20]:
+            log.warning("  not in the cassette: %s %s", miss["request"]["method"], miss["request"]["url"])
+        if self.settings.report is not None:
+            cassette.write_report(self.settings.report)

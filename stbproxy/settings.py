@@ -36,6 +36,9 @@ class Settings:
     catalog: Path | None = None  # None: catalog.json beside the store, when it exists
     toolbench_url: str | None = None
     session: str | None = None  # for requests that name none; None: one per run
+    cassette: Path | None = None  # replay this cassette instead of the store
+    ordered: bool = False  # cassette replay: the n-th request with a key gets the n-th answer
+    report: Path | None = None  # cassette replay: where to write the playback report (JSON)
     rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
     simulator: str = "auto"
     sim_model: str | None = None
@@ -53,6 +56,8 @@ class Settings:
         if self.sim_concurrency < 1:
             raise ConfigError("simulator concurrency must be at least 1")
         self.fault_plan()  # a malformed spec is refused at start, naming the bad part
+        if self.cassette is not None and self.mode is not Mode.REPLAY:
+            raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}")
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'")
 
