@@ -8,7 +8,7 @@ from the API's ``template_response`` with no network at all. ``OffSimulator`` re
 
 What an agent sees (``Simulation.response``) is what the API itself would have sent:
 the ``response`` value as the body (JSON-encoded unless it is text, as
-``engine.api_body_response`` does for real ToolBench-style answers), with the model's
+``bodies.api_body_response`` does for real ToolBench-style answers), with the model's
 ``error`` text kept in ``meta["error"]``. Only when the model answers an error and no
 response is the whole ``{"error", "response"}`` object the body, so the agent still
 reads why. ``meta`` holds ``simulator``, and for the LLM ``model``, ``prompt_tokens`` and
@@ -32,15 +32,15 @@ from typing import Any, Iterable, Mapping
 import openai
 
 from stbproxy import keys
-from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.bodies import api_body_response, error_object_response
-from stbproxy.simulation import Simulation, SimulationRequest, Simulator
+from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Request, Source
 from stbproxy.redact import redact_request
 from stbproxy.routing import request_args
 from stbproxy.schema_sim import virtual_answer
+from stbproxy.simulation import Simulation, SimulationRequest, Simulator
 
 log = logging.getLogger("stbproxy")
 

@@ -14,9 +14,10 @@ import pytest
 
 from stbproxy import keys
 from stbproxy.catalog import ApiDoc, Catalog, Param
-from stbproxy.engine import Engine, SimulationRequest
+from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source
+from stbproxy.simulation import SimulationRequest
 from stbproxy.simulator import (
     MAX_ATTEMPTS,
     LlmSimulator,
