@@ -143,9 +143,8 @@ def call_facts(job: SimulationRequest, catalog: Catalog | None, rules: KeyRules)
     prefixes = [job.key.rsplit("/", 1)[0] + "/"]
     if doc is not None and keys.api_prefix(doc.ref) not in prefixes:
         prefixes.insert(0, keys.api_prefix(doc.ref))
-    explicit = getattr(job, "args", None)  # used if the engine passes the routed call's args
-    args = dict(explicit) if isinstance(explicit, Mapping) else call_args(request, doc, catalog)
-    return CallFacts(request, doc, _without_secrets(args, rules), tuple(prefixes))
+    args = _without_secrets(call_args(request, catalog), rules)
+    return CallFacts(request, doc, args, tuple(prefixes))
 
 
 def _route(catalog: Catalog, request: Request) -> ApiDoc | None:
@@ -153,17 +152,13 @@ def _route(catalog: Catalog, request: Request) -> ApiDoc | None:
     return match.doc if match else None
 
 
-def call_args(request: Request, doc: ApiDoc | None, catalog: Catalog | None) -> dict[str, Any]:
-    """Query, body and path parameters; a /virtual envelope's ``tool_input`` when present."""
+def call_args(request: Request, catalog: Catalog | None) -> dict[str, Any]:
+    """Query, body and (when the catalog routes the URL) path parameters.
+
+    /virtual calls reach the engine as the real API's request, or as a stand-in whose JSON
+    body is the arguments (routing.stored_request), so both read the same way.
+    """
     args = request_args(request)
-    if doc is not None and "tool_input" in args:  # a StableToolBench /virtual request body
-        inner = args["tool_input"]
-        if isinstance(inner, str):
-            try:
-                inner = json.loads(inner or "{}")
-            except ValueError:
-                inner = {"tool_input": inner}
-        return dict(inner) if isinstance(inner, dict) else {"tool_input": inner}
     match = catalog.route(request.method, request.url, request.headers) if catalog else None
     if match is not None:
         args.update(match.path_params)
@@ -437,7 +432,7 @@ class LlmSimulator:
             facts = call_facts(job, self.catalog, self.rules)
             name = facts.name
             found = self._examples.get(facts, job.key)
-            pairs = [(_json(_without_secrets(call_args(ex.request, facts.doc, self.catalog), self.rules)),
+            pairs = [(_json(_without_secrets(call_args(ex.request, self.catalog), self.rules)),
                       _body_text(ex.response.body)) for ex in found]
             messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
             async with self._slots:

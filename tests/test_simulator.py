@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from stbproxy import keys
+from stbproxy import keys, routing
 from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
@@ -185,6 +185,19 @@ def test_unmapped_request_uses_method_url_and_body_as_docs(fake_openai, catalog,
     assert "POST http://api.unknown.test/v2/orders?token_type=x" in prompt and '"item": "lamp"' in prompt
     raw = fake_openai.requests[-1].body.decode()
     assert SECRET_KEY not in raw and SECRET_FIELD not in raw and "Authorization" not in raw
+
+
+def test_virtual_call_without_url_reads_args_from_the_stand_in(fake_openai, store):
+    doc = ApiDoc(category="Data", tool="Quotes", api="Quote By Author", api_description="A quote by a person.",
+                 required_parameters=(Param("author"),))
+    request = routing.stored_request(doc.ref, doc, {"author": "Ana", "toolbench_key": SECRET_KEY})
+    job = SimulationRequest(request, keys.api_key(doc.ref, {"author": "Ana"}), doc.ref, "no real API")
+    fake_openai.handler = lambda _r: GOOD
+    [result] = run(simulate(llm(fake_openai, Catalog([doc]), store), job))
+    assert result.ok
+    prompt = user_prompt(fake_openai.chat_requests()[0])
+    assert "A quote by a person." in prompt and 'Arguments: {"author": "Ana"}' in prompt
+    assert SECRET_KEY not in fake_openai.requests[-1].body.decode()
 
 
 def test_model_error_text_goes_to_meta_and_body(fake_openai, catalog, store):
