@@ -1,5 +1,5 @@
-"""Real servers on loopback for tests: a scriptable upstream (HTTP or TLS) and
-``stbproxy serve`` started as a real process, the way users start it."""
+"""Real servers on loopback for tests: a scriptable upstream (HTTP or TLS), and
+``stbproxy serve`` started as a real process (the pytest plugin's runner)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ import datetime
 import gzip
 import ipaddress
 import json
-import os
-import re
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -24,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from stbproxy.pytest_plugin import ServeProcess
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -204,75 +202,5 @@ class TestCA:
         return context
 
 
-_READY = re.compile(r"listening on http://([^\s:]+|\[[^\]]+\]):(\d+)")
-
-
-class ProxyProcess:
-    """``stbproxy serve`` as a real subprocess on a free loopback port."""
-
-    def __init__(self, store: Path, *args: str, env: dict | None = None) -> None:
-        self.store = store
-        self.args = ["--store", str(store), "--port", "0", *args]
-        self.env = {**os.environ, **(env or {})}
-        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            self.env.pop(name, None)
-        self.process: subprocess.Popen | None = None
-        self.port = 0
-        self.output: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.store.parent / "certs" / "mitmproxy-ca-cert.pem"
-
-    def client_env(self) -> dict[str, str]:
-        """What an unmodified agent is given: proxy variables and the CA bundle."""
-        return {"HTTP_PROXY": self.url, "HTTPS_PROXY": self.url, "REQUESTS_CA_BUNDLE": str(self.ca_file),
-                "NO_PROXY": ""}
-
-    def start(self, timeout: float = 30) -> "ProxyProcess":
-        # The console script, as users run it (the venv's bin, beside the interpreter).
-        script = Path(sys.executable).with_name("stbproxy")
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-        self.process = subprocess.Popen(
-            [*command, "serve", *self.args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            match = _READY.search(line)
-            if match:
-                self.port = int(match.group(2))
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        self.stop()
-        raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output))
-
-    def _drain(self) -> None:
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def stop(self, timeout: float = 15) -> int:
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def __enter__(self) -> "ProxyProcess":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+# The plugin's runner is the one way tests start `stbproxy serve`, as users do.
+ProxyProcess = ServeProcess

@@ -80,8 +80,7 @@ def recorded(tmp_path_factory):
     out = tmp_path / "out"
     out.mkdir()
     with Upstream() as upstream, ProxyProcess(store, "--max-body", "5k", "--validity", "strict") as proxy:
-        env = proxy.client_env()
-        env["HTTP_PROXY"] = env["HTTPS_PROXY"] = f"http://rec-1:@127.0.0.1:{proxy.port}"
+        env = proxy.client_env(session="rec-1")
         seen = agent(env, session_calls(upstream.base))
         agent(proxy.client_env(), [
             {"method": "GET", "url": upstream.url("/echo?city=Paris"), "headers": {"X-Stb-Session": "mixed"}},

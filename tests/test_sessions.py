@@ -43,9 +43,7 @@ def test_concurrent_sessions_stay_apart_over_http_and_https(tmp_path, upstream, 
     store = tmp_path / "stb" / "store"
     with ProxyProcess(store, "--mode", "record", "--upstream-ca", str(test_ca.ca_file)) as proxy:
         def run(name: str, base: str, count: int, results: dict):
-            env = proxy.client_env()
-            # "NAME:@": Python's requests ignores a proxy user that has no password part.
-            env["HTTP_PROXY"] = env["HTTPS_PROXY"] = f"http://{name}:@127.0.0.1:{proxy.port}"
+            env = proxy.client_env(session=name)  # http://NAME:@host:port, for HTTP and HTTPS
             results[name] = agent(env, [{"method": "GET", "url": f"{base}/echo?who={name}&n={i}"} for i in range(count)])
 
         results: dict = {}
