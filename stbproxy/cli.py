@@ -195,9 +195,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_concurrency": sim_concurrency,
     }
 
-    def ready(bound_host: str, bound_port: int) -> None:
+    def ready(bound_host: str, bound_port: int, details: str) -> None:
+        where = f"cassette {cassette}" if cassette else f"store {store}"
         click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} "
-                   f"(mode {mode}, store {store}, CA {mitm.ca_cert_path(confdir)})", nl=True)
+                   f"(mode {mode}, {where}, {details}, CA {mitm.ca_cert_path(confdir)})", nl=True)
         sys.stdout.flush()
 
     try:

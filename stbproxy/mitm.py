@@ -285,16 +285,19 @@ def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
 class _ReadyLine:
     """Reports the bound address once the listening socket is up."""
 
-    def __init__(self, on_ready: Callable[[str, int], None]) -> None:
+    def __init__(self, on_ready: Callable[[str, int, str], None], stb: StbAddon) -> None:
         self.on_ready = on_ready
+        self.stb = stb
 
     def running(self) -> None:
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
         server = ctx.master.addons.get("proxyserver")
+        runtime = self.stb.runtime
+        details = f"simulator {runtime.simulator_description}" if runtime is not None else ""
         for host, port, *_ in server.listen_addrs():
-            self.on_ready(host, port)
+            self.on_ready(host, port, details)
             return
 
 
@@ -305,12 +308,13 @@ async def serve(
     listen_port: int,
     confdir: Path,
     proxy_auth: str | None = None,
-    on_ready: Callable[[str, int], None] = lambda host, port: None,
+    on_ready: Callable[[str, int, str], None] = lambda host, port, details: None,
 ) -> None:
     """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed."""
     opts = options.Options()
     master = Master(opts)
     auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
+    stb = StbAddon()
     master.addons.add(
         core.Core(),
         *auth_addons,
@@ -318,8 +322,8 @@ async def serve(
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
-        StbAddon(),
-        _ReadyLine(on_ready),
+        stb,
+        _ReadyLine(on_ready, stb),
     )
     confdir.mkdir(parents=True, exist_ok=True)
     extra = {"proxyauth": proxy_auth} if proxy_auth else {}

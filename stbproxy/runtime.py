@@ -43,7 +43,11 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
         timeout=settings.sim_timeout,
         **optional,
     )
-    return simulator.build_simulator(config, catalog, store, rules=settings.key_rules())
+    kind = config.choose_kind()
+    # Named in the ready line: an OPENAI_API_KEY left in the environment switches "auto" to
+    # the LLM, which a user should see before paying for it.
+    description = f"llm {config.model_name}" if kind == "llm" else kind
+    return simulator.build_simulator(config, catalog, store, rules=settings.key_rules()), description
 
 
 class Runtime:
@@ -59,7 +63,7 @@ class Runtime:
             self.store = Store(settings.store)
         try:
             self.upstream = Upstream(settings.upstream_config())
-            self.simulator = build_simulator(settings, self.catalog, self.store)
+            self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
         except Exception:
             self.store.close()
             raise
@@ -72,6 +76,9 @@ class Runtime:
     async def aclose(self) -> None:
         try:
             await self.upstream.aclose()
+            closer = getattr(self.simulator, "aclose", None)
+            if closer is not None:
+                await closer()
         finally:
             if isinstance(self.store, CassetteStore):
                 self._report_playback(self.store)

@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-import openai
+import importlib.util
+import sys
 
 from stbproxy import keys
 from stbproxy.bodies import api_body_response, error_object_response
@@ -43,6 +44,23 @@ from stbproxy.schema_sim import virtual_answer
 from stbproxy.simulation import Simulation, SimulationRequest, Simulator
 
 log = logging.getLogger("stbproxy")
+
+
+def _lazy_import(name: str):
+    """The module, loaded on first attribute use: openai takes ~0.5 s to import, which
+    every `serve` would pay even when no LLM simulator is configured."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+openai = _lazy_import("openai")
 
 KINDS = ("llm", "schema", "off")
 DEFAULT_MODEL = "gpt-4o-mini"

@@ -232,6 +232,7 @@ class FakeOpenAI:
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # bursts of new connections must not wait for a SYN retry
     daemon_threads = True
     owner: FakeOpenAI
 
