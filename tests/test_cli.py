@@ -80,3 +80,8 @@ def test_serve_refuses_bad_fault_specs_naming_the_part(tmp_path):
     result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0",
                                        "--faults", "status=999"])
     assert result.exit_code != 0 and "status=999" in result.output
+
+
+def test_every_option_reads_stbproxy_command_option_variables(tmp_path):
+    result = invoke("env", "--store", str(tmp_path / "s"), env={"STBPROXY_ENV_PORT": "9555", "STBPROXY_ENV_SESSION": "nightly"})
+    assert "export HTTP_PROXY=http://nightly:@127.0.0.1:9555" in result.output
