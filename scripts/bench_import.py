@@ -38,6 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from benchkit import child_env, stbproxy_command
 
 TARGET_RATE = 20_000.0  # entries/s, from the issue
 ENTRIES_PER_FILE = 60  # the published cache averages about this many calls per API file
@@ -250,18 +251,6 @@ def parse_all(root: Path) -> tuple[float, float, int]:
     return time.perf_counter() - started, time.process_time() - cpu, entries
 
 
-def stbproxy_command() -> list[str]:
-    script = Path(sys.executable).with_name("stbproxy")  # the console script, as users run it
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-
-
-def clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "STBPROXY_STORE"):
-        env.pop(name, None)
-    return env
-
-
 @dataclass
 class ImportRun:
     seconds: float
@@ -283,7 +272,7 @@ def run_import(cache: Path, store: Path) -> ImportRun:
     cpu = children_cpu()
     started = time.perf_counter()
     done = subprocess.run([*stbproxy_command(), "import", "stb-cache", str(cache), "--store", str(store)],
-                          capture_output=True, text=True, env=clean_env(), timeout=RUN_TIMEOUT)
+                          capture_output=True, text=True, env=child_env(), timeout=RUN_TIMEOUT)
     seconds = time.perf_counter() - started
     cpu = children_cpu() - cpu
     if done.returncode != 0:

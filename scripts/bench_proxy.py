@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -42,6 +41,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from benchkit import child_env, console_script, percentile
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -183,15 +183,9 @@ async def _phase(conns, count, wire, bodies, targets, expect) -> dict:
         "failures": len(failures),
         "samples": failures[:5],
         "rps": count / elapsed if elapsed else 0.0,
-        "p50_ms": _percentile(latencies, 50) * 1e3,
-        "p99_ms": _percentile(latencies, 99) * 1e3,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
     }
-
-
-def _percentile(ordered: list[float], pct: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 async def _run_load(args) -> dict:
@@ -240,20 +234,6 @@ def _load_main(argv: list[str]) -> None:
 # -- the orchestrator -------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    # A benchmark must not go through the user's proxy or pick up their stbproxy settings.
-    return {k: v for k, v in os.environ.items()
-            if not k.lower().endswith("_proxy") and not k.startswith("STBPROXY_")}
-
-
-def _console_script(name: str) -> str:
-    # Prefer the one installed beside this interpreter (the project's venv).
-    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    if not found:
-        sys.exit(f"bench_proxy: {name} not found beside {sys.executable} or on PATH")
-    return found
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -270,7 +250,7 @@ class Proc:
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             # Own session: a Ctrl-C at the terminal reaches only us; we stop the children.
             self.popen = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                          env=_child_env(), start_new_session=True)
+                                          env=child_env(), start_new_session=True)
 
     def log_tail(self, lines: int = 15) -> str:
         text = self.err.read_text(errors="replace") + self.out.read_text(errors="replace")
@@ -354,7 +334,7 @@ class Bench:
         if proxy:
             argv.append("--proxy")
         # subprocess.run kills the child on timeout; the inner timeout should fire first.
-        done = subprocess.run(argv, capture_output=True, text=True, env=_child_env(),
+        done = subprocess.run(argv, capture_output=True, text=True, env=child_env(),
                               timeout=self.args.load_timeout + 30)
         if done.returncode != 0:
             raise RuntimeError(f"load generator failed for {label} (exit {done.returncode}):\n"
@@ -367,7 +347,7 @@ class Bench:
 
     def run(self) -> int:
         a = self.args
-        stbproxy, mitmdump = _console_script("stbproxy"), _console_script("mitmdump")
+        stbproxy, mitmdump = console_script("stbproxy"), console_script("mitmdump")
         store = self.workdir / "store"
         targets = request_targets(a.distinct)
 

@@ -34,7 +34,6 @@ import gc
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import statistics
@@ -47,6 +46,7 @@ import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from benchkit import child_env, console_script, percentile
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # for tests.fakes.fake_openai
@@ -202,16 +202,10 @@ async def _run_load(a) -> dict:
     latencies.sort()
     return {
         "requests": a.requests, "seconds": elapsed, "failures": len(failures), "samples": failures[:5],
-        "p50_ms": _percentile(latencies, 50) * 1e3, "p99_ms": _percentile(latencies, 99) * 1e3,
+        "p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
         "misses_done": sum(sources.values()), "miss_clients_active": in_flight_misses,
-        "miss_p50_s": _percentile(sorted(miss_seconds), 50),
+        "miss_p50_s": percentile(sorted(miss_seconds), 50),
     }
-
-
-def _percentile(ordered: list[float], pct: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 def _load_main(argv: list[str]) -> None:
@@ -230,18 +224,9 @@ def _load_main(argv: list[str]) -> None:
 # -- the orchestrator ------------------------------------------------------------------------------
 
 
-def _child_env(**extra: str) -> dict[str, str]:
-    # Not through the user's proxy, not with their stbproxy or OpenAI settings.
-    env = {k: v for k, v in os.environ.items()
-           if not k.lower().endswith("_proxy") and not k.startswith(("STBPROXY_", "OPENAI_"))}
-    return env | extra
-
-
-def _stbproxy() -> str:
-    found = shutil.which("stbproxy", path=str(Path(sys.executable).parent)) or shutil.which("stbproxy")
-    if not found:
-        sys.exit(f"bench_simulator: stbproxy not found beside {sys.executable} or on PATH")
-    return found
+def _sim_env(**extra: str) -> dict[str, str]:
+    # Not with the caller's OpenAI settings either: the fake LLM is the only backend here.
+    return child_env(drop_prefixes=("STBPROXY_", "OPENAI_"), **extra)
 
 
 class Proc:
@@ -304,7 +289,7 @@ class Bench:
         self.failures: list[str] = []
 
     def start(self, name: str, argv: list[str], **env: str) -> Proc:
-        proc = Proc(name, argv, self.workdir, _child_env(**env))
+        proc = Proc(name, argv, self.workdir, _sim_env(**env))
         self.stack.callback(proc.stop)  # stopped on every way out, errors included
         return proc
 
@@ -321,7 +306,7 @@ class Bench:
                 str(self.upstream_port), "--refused-port", str(self.refused_port), "--requests", str(requests),
                 "--warmup", str(warmup), "--concurrency", str(a.concurrency), "--distinct", str(a.distinct),
                 "--misses", str(misses), "--expect", expect]
-        done = subprocess.run(argv, capture_output=True, text=True, env=_child_env(), timeout=360)
+        done = subprocess.run(argv, capture_output=True, text=True, env=_sim_env(), timeout=360)
         if done.returncode != 0:
             raise RuntimeError(f"load generator failed for {label} (exit {done.returncode}):\n{done.stderr[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -334,7 +319,7 @@ class Bench:
         from tests.fakes.fake_openai import FakeOpenAI
 
         a = self.a
-        stbproxy = _stbproxy()
+        stbproxy = console_script("stbproxy")
         store = self.workdir / "store"
 
         upstream = ThreadingHTTPServer((HOST, 0), _UpstreamHandler)

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from benchkit import child_env, stbproxy_command
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -133,21 +134,9 @@ def request_plan(made: dict, count: int, seed: int) -> list[list[str]]:
 # -- processes ----------------------------------------------------------------------------
 
 
-def stbproxy_command() -> list[str]:
-    script = Path(sys.executable).with_name("stbproxy")  # the console script, as users run it
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-
-
-def clean_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "STBPROXY_STORE"):
-        env.pop(name, None)
-    return env
-
-
 def import_cache(cache: Path, store: Path) -> str:
     done = subprocess.run([*stbproxy_command(), "import", "stb-cache", str(cache), "--store", str(store)],
-                          capture_output=True, text=True, env=clean_env(), timeout=600)
+                          capture_output=True, text=True, env=child_env(), timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"import exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done.stdout
@@ -160,7 +149,7 @@ class Server:
         self.process = subprocess.Popen(
             [*stbproxy_command(), "serve", "--mode", "replay", "--simulator", "off", "--host", HOST,
              "--port", "0", "--store", str(store)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
         self.output: list[str] = []
         self.port = 0
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -319,7 +308,7 @@ def run_load(server: Server, plan_file: Path, requests: int, warmup: int, concur
     done = subprocess.run([sys.executable, str(SCRIPT), "_load", "--port", str(server.port), "--plan",
                            str(plan_file), "--requests", str(requests), "--warmup", str(warmup),
                            "--concurrency", str(concurrency)],
-                          capture_output=True, text=True, env=clean_env(), timeout=600)
+                          capture_output=True, text=True, env=child_env(), timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

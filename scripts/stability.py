@@ -45,6 +45,7 @@ import requests
 from stbproxy.catalog import api_key_name, standardize, tool_key
 from stbproxy.faults import FaultPlan
 from stbproxy.validity import check_result, judge_object
+from benchkit import child_env, stbproxy_command
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_QUERIES = (REPO.parent / "shared" / "data" / "stabletoolbench" / "solvable_queries"
@@ -176,18 +177,6 @@ class RealApi:
 # -- the proxy ------------------------------------------------------------------------------
 
 
-def stbproxy_command() -> list[str]:
-    script = Path(sys.executable).with_name("stbproxy")  # the console script, as users run it
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-
-
-def clean_env() -> dict[str, str]:
-    # No proxy variables (the client and the proxy talk directly) and no STBPROXY_*
-    # settings from the caller's shell, which would change the runs.
-    return {k: v for k, v in os.environ.items()
-            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy") and not k.startswith("STBPROXY_")}
-
-
 class Proxy:
     """`stbproxy serve --port 0` as a subprocess; its output is kept for error messages."""
 
@@ -200,7 +189,7 @@ class Proxy:
     def __enter__(self) -> "Proxy":
         self.process = subprocess.Popen([*stbproxy_command(), "serve", "--host", HOST, "--port", "0", *self.args],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        env=clean_env())
+                                        env=child_env())
         lines: queue.Queue[str | None] = queue.Queue()
         # A reader thread, so a proxy that hangs silently cannot block us past the deadline.
         threading.Thread(target=self._read, args=(lines,), daemon=True).start()
@@ -314,7 +303,7 @@ def run_setting(workdir: Path, name: str, catalog: Path, real: RealApi, simulato
 def import_catalog(queries: Path, target: Path) -> None:
     result = subprocess.run([*stbproxy_command(), "import", "tools", str(queries), "--catalog", str(target),
                              "--store", str(target.parent / "unused-store")],
-                            capture_output=True, text=True, timeout=300, env=clean_env())
+                            capture_output=True, text=True, timeout=300, env=child_env())
     if result.returncode != 0 or not target.exists():
         raise RuntimeError(f"stbproxy import tools failed:\n{result.stdout}{result.stderr}")
 
