@@ -27,7 +27,7 @@ from stbproxy.catalog import Catalog
 from stbproxy.errors import StbError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
-from stbproxy.models import ApiRef, Exchange, Mode, Request, Response, Source
+from stbproxy.models import Exchange, Mode, Request, Response, Source
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.routing import Call, http_call
 from stbproxy.sessions import SessionRecord

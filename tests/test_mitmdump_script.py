@@ -1,6 +1,5 @@
 """The addon as users of an existing mitmproxy load it: `mitmdump -s addons/stbproxy_addon.py`."""
 
-import json
 import os
 import socket
 import subprocess
