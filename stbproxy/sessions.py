@@ -54,9 +54,24 @@ def proxy_user(headers: Headers) -> str | None:
     return user or None
 
 
+def header_text(value: str) -> str:
+    """The text a client meant by a header value that arrived as bytes.
+
+    Proxies decode header bytes as UTF-8 with surrogate escapes; clients such as Python's
+    requests send non-ASCII values in Latin-1. Either way the name the user typed comes
+    back, so ``export --session`` finds the session under that name.
+    """
+    raw = value.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def session_from_headers(headers: Headers) -> str | None:
     """The session a request names itself, header first, then the proxy URL's user."""
-    named = header_value(headers, SESSION_HEADER) or proxy_user(headers)
+    named = header_value(headers, SESSION_HEADER)
+    named = header_text(named) if named else proxy_user(headers)
     return safe_session_name(named) if named else None
 
 

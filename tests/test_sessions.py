@@ -93,3 +93,24 @@ def test_sessions_table_shows_hit_rate(tmp_path, upstream):
                            capture_output=True, text=True, timeout=60).stdout
     row = next(line for line in table.splitlines() if line.startswith("rerun"))
     assert row.split()[1] == "4" and row.endswith("50.0%")
+
+
+@pytest.mark.parametrize("sent", [
+    "caf\udce9-run",  # Latin-1 bytes (as requests sends them), decoded by the proxy with surrogate escapes
+    "café-run",  # UTF-8 bytes, decoded cleanly
+])
+def test_non_ascii_session_header_maps_to_the_name_the_user_typed(sent):
+    assert session_from_headers((("X-Stb-Session", sent),)) == safe_session_name("café-run")
+
+
+@pytest.mark.integration
+def test_non_ascii_session_header_through_the_proxy_is_exported_by_that_name(tmp_path, upstream):
+    store = tmp_path / "stb" / "store"
+    with ProxyProcess(store) as proxy:
+        agent(proxy.client_env(), [{"method": "GET", "url": upstream.url("/echo?u=1"),
+                                    "headers": {"X-Stb-Session": "café-run"}}])
+    exported = subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", "café-run",
+                               "-o", str(tmp_path / "out.yaml"), "--store", str(store)],
+                              capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    assert "/echo?u=1" in (tmp_path / "out.yaml").read_text()
