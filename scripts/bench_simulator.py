@@ -46,7 +46,7 @@ import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from benchkit import child_env, console_script, percentile
+from benchkit import child_env, console_script, cpu_seconds, percentile
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # for tests.fakes.fake_openai
@@ -263,13 +263,7 @@ class Proc:
         return self.popen.returncode
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time a process has used so far (Linux /proc; NaN elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
 
 
 def peak_in_flight(arrivals: list[float], seconds: float) -> int:

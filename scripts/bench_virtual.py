@@ -27,25 +27,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
-import queue
 import random
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from benchkit import child_env, stbproxy_command
+from benchkit import child_env, cpu_seconds, stbproxy_command
+
+from stbproxy.serve_process import ServeProcess
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
-READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT = 60.0  # mitmproxy's imports are slow on a busy machine
-STOP_TIMEOUT = 15.0
 TARGET_RATIO = 0.9
 TOOLBENCH_KEY = "bench-toolbench-key"  # a secret the server must accept and never store
 
@@ -142,56 +140,9 @@ def import_cache(cache: Path, store: Path) -> str:
     return done.stdout
 
 
-class Server:
-    """`stbproxy serve --mode replay` on a free port, with its output kept for errors."""
-
-    def __init__(self, store: Path) -> None:
-        self.process = subprocess.Popen(
-            [*stbproxy_command(), "serve", "--mode", "replay", "--simulator", "off", "--host", HOST,
-             "--port", "0", "--store", str(store)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
-        self.output: list[str] = []
-        self.port = 0
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.output.append(line)
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                line = self._lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            if match := READY_RE.search(line):
-                self.port = int(match.group(1))
-                return
-        raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output))
-
-    def cpu_seconds(self) -> float | None:
-        """User + system CPU of the server so far (Linux), to report work per hit."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
+def replay_server(store: Path) -> ServeProcess:
+    """`stbproxy serve --mode replay` on a free port, launched (call wait_ready next)."""
+    return ServeProcess(store, "--mode", "replay", "--simulator", "off").launch()
 
 # -- the load generator (its own process) -------------------------------------------------
 
@@ -303,8 +254,8 @@ def load_main(argv: list[str]) -> int:
     return 0
 
 
-def run_load(server: Server, plan_file: Path, requests: int, warmup: int, concurrency: int) -> dict:
-    cpu = server.cpu_seconds()
+def run_load(server: ServeProcess, plan_file: Path, requests: int, warmup: int, concurrency: int) -> dict:
+    cpu = cpu_seconds(server.process.pid)
     done = subprocess.run([sys.executable, str(SCRIPT), "_load", "--port", str(server.port), "--plan",
                            str(plan_file), "--requests", str(requests), "--warmup", str(warmup),
                            "--concurrency", str(concurrency)],
@@ -312,10 +263,11 @@ def run_load(server: Server, plan_file: Path, requests: int, warmup: int, concur
     if done.returncode != 0:
         raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    after = server.cpu_seconds()
+    after = cpu_seconds(server.process.pid)
     # Warm-up requests are served too; count them in the CPU a hit costs.
     served = requests + warmup
-    result["cpu_us"] = (after - cpu) / served * 1e6 if cpu is not None and after is not None else None
+    spent = after - cpu
+    result["cpu_us"] = None if math.isnan(spent) else spent / served * 1e6
     return result
 
 
@@ -340,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     workdir = Path(tempfile.mkdtemp(prefix="stb-bench-virtual-"))
-    servers: dict[int, Server] = {}
+    servers: dict[int, ServeProcess] = {}
     failures: list[str] = []
     try:
         plans: dict[int, Path] = {}
@@ -354,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             plans[per_api] = workdir / f"plan-{per_api}.json"
             plans[per_api].write_text(json.dumps(request_plan(made, 4096, per_api)), encoding="utf-8")
         for per_api in plans:  # start both, then wait: their start-ups overlap
-            servers[per_api] = Server(workdir / f"store-{per_api}")
+            servers[per_api] = replay_server(workdir / f"store-{per_api}")
         for server in servers.values():
-            server.wait_ready()
+            server.wait_ready(START_TIMEOUT)
 
         results: dict[int, list[dict]] = {per_api: [] for per_api in plans}
         for n in range(repeats):

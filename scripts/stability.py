@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +45,8 @@ from stbproxy.faults import FaultPlan
 from stbproxy.validity import check_result, judge_object
 from benchkit import child_env, stbproxy_command
 
+from stbproxy.serve_process import ServeProcess
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_QUERIES = (REPO.parent / "shared" / "data" / "stabletoolbench" / "solvable_queries"
                    / "test_instruction" / "G1_instruction.json")
@@ -57,8 +57,6 @@ CLIENT_THREADS = 8
 PARALLEL_RUNS = max(1, min(4, os.cpu_count() or 1))  # proxies at once: their start-up is CPU-bound
 CLIENT_TIMEOUT = 15  # seconds, ToolBench's own request timeout
 CLIENT_RETRIES = 3
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 15.0
 # How far (in share) the curve with the simulator may move and still count as flat. Not
 # zero: the offline simulator keeps a template's key names, and a few templates carry
 # keys that check_result reads as failures ("parameters", "404"), so those APIs' calls
@@ -66,7 +64,6 @@ STOP_TIMEOUT = 15.0
 FLAT_TOLERANCE = 0.02
 # A stand-in secret: the proxy must forward it, never store it.
 TOOLBENCH_KEY = "stability-experiment-key"
-READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 # Placeholders for parameters without a usable default, by ToolBench's type names.
 PLACEHOLDERS = {"NUMBER": 1, "INTEGER": 1, "FLOAT": 1.0, "BOOLEAN": True, "OBJECT": {}, "ARRAY": []}
@@ -177,63 +174,6 @@ class RealApi:
 # -- the proxy ------------------------------------------------------------------------------
 
 
-class Proxy:
-    """`stbproxy serve --port 0` as a subprocess; its output is kept for error messages."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.args = args
-        self.output: list[str] = []
-        self.process: subprocess.Popen | None = None
-        self.port = 0
-
-    def __enter__(self) -> "Proxy":
-        self.process = subprocess.Popen([*stbproxy_command(), "serve", "--host", HOST, "--port", "0", *self.args],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        env=child_env())
-        lines: queue.Queue[str | None] = queue.Queue()
-        # A reader thread, so a proxy that hangs silently cannot block us past the deadline.
-        threading.Thread(target=self._read, args=(lines,), daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                try:
-                    line = lines.get(timeout=left)
-                except queue.Empty:
-                    break
-                if line is None:
-                    break
-                match = READY_RE.search(line)
-                if match:
-                    self.port = int(match.group(1))
-                    return self
-            raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output[-30:]))
-        except BaseException:
-            self.stop()
-            raise
-
-    def _read(self, lines: queue.Queue) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-            lines.put(line)
-        lines.put(None)
-
-    @property
-    def service_url(self) -> str:
-        return f"http://{HOST}:{self.port}/virtual"
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 # -- the client -----------------------------------------------------------------------------
@@ -291,11 +231,11 @@ def run_client(url: str, calls: list[ToolCall]) -> RunResult:
 def run_setting(workdir: Path, name: str, catalog: Path, real: RealApi, simulator: str, level: float,
                 seed: int, calls: list[ToolCall]) -> RunResult:
     store = workdir / name / "store"  # fresh and empty for every run
-    args = ["--store", str(store), "--catalog", str(catalog), "--toolbench-url", real.url,
+    args = ["--catalog", str(catalog), "--toolbench-url", real.url,
             "--simulator", simulator, "--faults", f"down={level:g}", "--fault-seed", str(seed)]
     try:
-        with Proxy(args) as proxy:
-            return run_client(proxy.service_url, calls)
+        with ServeProcess(store, *args) as proxy:
+            return run_client(f"{proxy.url}/virtual", calls)
     finally:
         shutil.rmtree(workdir / name, ignore_errors=True)
 

@@ -16,91 +16,15 @@ Registered through the ``pytest11`` entry point, so installing stbproxy enables 
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from stbproxy.serve_process import ServeProcess
 from stbproxy.sessions import safe_session_name
-
-_READY = re.compile(r"listening on http://(\S+?):(\d+) ")
-_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy")
-
-
-class ServeProcess:
-    """``stbproxy serve`` as a subprocess on a free loopback port, as users start it."""
-
-    def __init__(self, store: Path, *args: str, env: dict | None = None) -> None:
-        self.store = Path(store)
-        self.args = ["--store", str(self.store), "--port", "0", *args]
-        self.env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in _PROXY_VARIABLES}
-        self.process: subprocess.Popen | None = None
-        self.port = 0
-        self.output: list[str] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.store.parent / "certs" / "mitmproxy-ca-cert.pem"
-
-    def client_env(self, session: str | None = None) -> dict[str, str]:
-        """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust."""
-        user = f"{session}:@" if session else ""
-        proxy = f"http://{user}127.0.0.1:{self.port}"
-        ca = str(self.ca_file)
-        return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-                "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca}
-
-    def start(self, timeout: float = 60) -> ServeProcess:
-        script = Path(sys.executable).with_name("stbproxy")
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-        self.process = subprocess.Popen([*command, "serve", *self.args], stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, env=self.env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            match = _READY.search(line)
-            if match:
-                self.port = int(match.group(2))
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        self.stop()
-        raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output))
-
-    def _drain(self) -> None:
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def stop(self, timeout: float = 15) -> int:
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def __enter__(self) -> ServeProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 @dataclass
 class StbProxy:

@@ -1,5 +1,5 @@
 """Real servers on loopback for tests: a scriptable upstream (HTTP or TLS), and
-``stbproxy serve`` started as a real process (the pytest plugin's runner)."""
+``stbproxy serve`` started as a real process (the runner users and the plugin get)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from stbproxy.pytest_plugin import ServeProcess
+from stbproxy.serve_process import ServeProcess
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -202,5 +202,5 @@ class TestCA:
         return context
 
 
-# The plugin's runner is the one way tests start `stbproxy serve`, as users do.
+# One way to start `stbproxy serve` everywhere: the package's own runner.
 ProxyProcess = ServeProcess

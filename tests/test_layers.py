@@ -16,7 +16,7 @@ LAYERS = {
     "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3,
     "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4,
     "cassettes": 2,
-    "mitm": 5, "cli": 5, "pytest_plugin": 5, "__main__": 6, "__init__": 0,
+    "mitm": 5, "cli": 5, "pytest_plugin": 5, "serve_process": 5, "__main__": 6, "__init__": 0,
 }
 OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream"}
 

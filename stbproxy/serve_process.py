@@ -1,0 +1,104 @@
+"""``stbproxy serve`` as a child process on a free loopback port, started as users start it.
+
+Used by the pytest plugin, the project's tests and the benchmark scripts, so that there
+is one way to start a proxy and learn its port: the ready line it prints.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+_READY = re.compile(r"listening on http://(\S+?):(\d+) ")
+
+
+class ServeProcess:
+    """``stbproxy serve`` as a subprocess on a free loopback port, as users start it."""
+
+    def __init__(self, store: Path, *args: str, env: dict | None = None) -> None:
+        self.store = Path(store)
+        self.args = ["--store", str(self.store), "--port", "0", *args]
+        # Neither the caller's proxy nor their STBPROXY_* settings: they would change the run.
+        inherited = {k: v for k, v in os.environ.items()
+                     if not k.lower().endswith("_proxy") and not k.startswith("STBPROXY_")}
+        self.env = {**inherited, **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+        self.output: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.store.parent / "certs" / "mitmproxy-ca-cert.pem"
+
+    def client_env(self, session: str | None = None) -> dict[str, str]:
+        """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust."""
+        user = f"{session}:@" if session else ""
+        proxy = f"http://{user}127.0.0.1:{self.port}"
+        ca = str(self.ca_file)
+        return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+                "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca}
+
+    def launch(self) -> ServeProcess:
+        """Start the process without waiting (several can then start up side by side)."""
+        script = Path(sys.executable).with_name("stbproxy")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
+        self.process = subprocess.Popen([*command, "serve", *self.args], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, env=self.env)
+        # Lines are read on a thread, so a proxy that hangs silently cannot block a caller
+        # past its deadline, and a chatty one never fills the pipe.
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> ServeProcess:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:  # the process ended
+                break
+            match = _READY.search(line)
+            if match:
+                self.port = int(match.group(2))
+                return self
+        self.stop()
+        raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output[-40:]))
+
+    def start(self, timeout: float = 60) -> ServeProcess:
+        return self.launch().wait_ready(timeout)
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stop(self, timeout: float = 15) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
