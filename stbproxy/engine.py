@@ -28,7 +28,7 @@ from stbproxy.errors import StbError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
-from stbproxy.redact import redact_request, redact_response, secret_values
+from stbproxy.redact import redact_request, redact_response, redact_url, secret_values
 from stbproxy.routing import Call, http_call
 from stbproxy.sessions import SessionRecord
 from stbproxy.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
@@ -246,7 +246,7 @@ class Engine:
         incoming = keys.canonical(request, self.config.rules)
         explanation: dict = {
             "error": "stbproxy replay: no stored answer for this request",
-            "request": {"method": incoming.method, "url": redact_request(request, self.config.rules).url},
+            "request": {"method": incoming.method, "url": redact_url(request, self.config.rules)},
             "key": key,
             "closest": None,
         }
@@ -304,7 +304,7 @@ class Engine:
         if record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM):
             record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,
                                     dict(answer.meta))
-        record = SessionRecord(0, self.clock(), call.request.method, redact_request(call.request, self.config.rules).url,
+        record = SessionRecord(0, self.clock(), call.request.method, redact_url(call.request, self.config.rules),
                                answer.response.status, source.value, record_key or "", round(seconds, 6))
         try:
             self.store.append_session(session, record.to_dict())
@@ -352,5 +352,5 @@ class Engine:
         return Answer(response.with_header(SOURCE_HEADER, source.value), source, key, meta or {}, record_key)
 
     def _loggable(self, request: Request) -> str:
-        return f"{request.method} {redact_request(request, self.config.rules).url}"
+        return f"{request.method} {redact_url(request, self.config.rules)}"
 

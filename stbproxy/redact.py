@@ -45,6 +45,12 @@ def redact_request(request: Request, rules: KeyRules = DEFAULT_RULES) -> Request
     return replace(request, url=url, headers=headers, body=body)
 
 
+def redact_url(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
+    """The request's URL as redact_request would keep it, without redacting the rest
+    (for log lines and session records, which hold only the URL)."""
+    return scrub_text(_redact_url(request.url, rules.secret_fields), secret_values(request, rules))
+
+
 def redact_response(response: Response, secrets: frozenset[str]) -> Response:
     headers: Headers = tuple(
         (name, REDACTED if name.lower() in _RESPONSE_SECRET_HEADERS else scrub_text(value, secrets))

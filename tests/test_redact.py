@@ -70,3 +70,11 @@ def test_short_values_are_not_scrubbed_everywhere():
     # A one-character "secret" would otherwise wreck every body that contains the letter.
     secrets = secret_values(Request("GET", "http://h/p?api_key=a"))
     assert secrets == frozenset()
+
+
+def test_redact_url_matches_the_url_redact_request_keeps():
+    from stbproxy.redact import redact_url
+
+    request = Request("GET", "http://h/keys/rk-777777?api_key=qk-1234&q=1", (("X-RapidAPI-Key", "rk-777777"),))
+    assert redact_url(request) == redact_request(request).url
+    assert "rk-777777" not in redact_url(request) and "qk-1234" not in redact_url(request)
