@@ -12,6 +12,11 @@ class StbError(Exception):
 class ConfigError(StbError):
     """A setting or option has a value that cannot work; the message names it."""
 
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        #: The Settings field at fault, when known: front ends map it to their option name.
+        self.setting = setting
+
 
 class StoreError(StbError):
     """The store cannot be opened, read or written."""

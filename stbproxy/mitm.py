@@ -259,15 +259,8 @@ def settings_from_options(opts) -> Settings:
     try:
         return Settings(**values)
     except ConfigError as exc:
-        raise exceptions.OptionsError(f"{_option_named_in(str(exc))}: {exc}") from exc
-
-
-def _option_named_in(message: str) -> str:
-    for word, option in (("cassette", "stb_cassette"), ("session name", "stb_session"), ("validity", "stb_validity"), ("simulator concurrency", "stb_sim_concurrency"),
-                         ("simulator", "stb_simulator"), ("fault", "stb_faults")):
-        if word in message:
-            return option
-    return "stb options"
+        option = f"stb_{exc.setting}" if exc.setting else "stb options"
+        raise exceptions.OptionsError(f"{option}: {exc}") from exc
 
 
 def addressed_to_proxy(flow: http.HTTPFlow) -> bool:

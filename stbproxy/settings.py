@@ -50,16 +50,23 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.validity not in POLICIES:
-            raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(POLICIES)}")
+            raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(POLICIES)}",
+                              setting="validity")
         if self.simulator not in SIMULATORS:
-            raise ConfigError(f"simulator {self.simulator!r} is not one of {', '.join(SIMULATORS)}")
+            raise ConfigError(f"simulator {self.simulator!r} is not one of {', '.join(SIMULATORS)}",
+                              setting="simulator")
         if self.sim_concurrency < 1:
-            raise ConfigError("simulator concurrency must be at least 1")
-        self.fault_plan()  # a malformed spec is refused at start, naming the bad part
+            raise ConfigError("simulator concurrency must be at least 1", setting="sim_concurrency")
+        try:
+            self.fault_plan()  # a malformed spec is refused at start, naming the bad part
+        except ConfigError as exc:
+            raise ConfigError(str(exc), setting="faults") from exc
         if self.cassette is not None and self.mode is not Mode.REPLAY:
-            raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}")
+            raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}",
+                              setting="cassette")
         if self.session is not None and safe_session_name(self.session) != self.session:
-            raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'")
+            raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
+                              setting="session")
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan.from_specs(self.faults, self.fault_seed)

@@ -109,3 +109,17 @@ def test_conversions_keep_repeated_headers_and_bytes():
     converted = response_to_mitm(Response(201, (("X-A", "1"), ("X-A", "2")), b"body"))
     assert converted.status_code == 201 and converted.headers.get_all("X-A") == ["1", "2"]
     assert converted.headers["content-length"] == "4"
+
+
+@pytest.mark.parametrize("options,named", [
+    ({"stb_validity": "lenient"}, "stb_validity"),
+    ({"stb_simulator": "oracle"}, "stb_simulator"),
+    ({"stb_sim_concurrency": 0}, "stb_sim_concurrency"),
+    ({"stb_faults": ["status=999"]}, "stb_faults"),
+    ({"stb_session": "../x"}, "stb_session"),
+])
+def test_settings_errors_name_their_option(tmp_path, options, named):
+    addon = StbAddon()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match=f"^{named}: "):
+            tctx.configure(addon, stb_store=str(tmp_path / "s"), **options)
