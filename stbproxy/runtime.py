@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 
+from stbproxy import simulator
 from stbproxy.cassette_store import CassetteStore
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
+from stbproxy.errors import ConfigError
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.store import Store
@@ -21,9 +23,8 @@ def load_catalog(settings: Settings) -> Catalog | None:
     path = settings.catalog_path()
     if not path.exists():
         if settings.catalog is not None:
-            from stbproxy.errors import ConfigError
-
-            raise ConfigError(f"no catalog file at {path} (create one with 'stbproxy import tools')")
+            raise ConfigError(f"no catalog file at {path} (create one with 'stbproxy import tools')",
+                              setting="catalog")
         return None
     catalog = Catalog.load(path)
     log.info("catalog: %d APIs from %s", len(catalog), path)
@@ -31,8 +32,6 @@ def load_catalog(settings: Settings) -> Catalog | None:
 
 
 def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
-    from stbproxy import simulator  # the only importer of openai: loaded when a proxy runs
-
     optional = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
     config = simulator.SimulatorConfig(
         kind=None if settings.simulator == "auto" else settings.simulator,
