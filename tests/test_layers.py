@@ -34,26 +34,36 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
-MODULES = sorted(p for p in PACKAGE.glob("*.py"))
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def layer_name(path: Path) -> str:
+    """A module's layer name: its own stem, or its subpackage's name (stbproxy/cli/*.py is "cli")."""
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def module_id(path: Path) -> str:
+    return str(path.relative_to(PACKAGE).with_suffix(""))
 
 
 def test_every_module_has_a_layer():
-    assert {p.stem for p in MODULES} <= set(LAYERS)
+    assert {layer_name(p) for p in MODULES} <= set(LAYERS)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=[module_id(p) for p in MODULES])
 def test_imports_point_down(path):
-    mine = LAYERS[path.stem]
+    mine = LAYERS[layer_name(path)]
     for name in imports_of(path):
         if name.startswith("stbproxy.") and name != "stbproxy.":
             other = name.split(".")[1]
             if other in LAYERS:
-                assert LAYERS[other] <= mine or other == "__init__", f"{path.stem} imports {other} (layer up)"
+                assert LAYERS[other] <= mine or other == "__init__", f"{module_id(path)} imports {other} (layer up)"
 
 
 @pytest.mark.parametrize("library,owner", sorted(OWNERS.items()))
 def test_each_foreign_library_has_one_owner(library, owner):
-    users = {p.stem for p in MODULES if any(n == library or n.startswith(library + ".") for n in imports_of(p))}
+    users = {layer_name(p) for p in MODULES if any(n == library or n.startswith(library + ".") for n in imports_of(p))}
     assert users <= {owner}, f"{library} imported by {users - {owner}}"
 
 

@@ -1,0 +1,39 @@
+"""The ``stbproxy`` command (the cli package is the only importer of click).
+
+The click group lives here; its commands live in modules by theme: serving.py (serve,
+env), store_care.py (stats, sessions), transfer.py (export, import); common.py holds
+what they share. Every option can also be set from the environment:
+``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``), and the store
+everywhere by ``STBPROXY_STORE``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from stbproxy import __version__
+from stbproxy.cli.serving import env, serve
+from stbproxy.cli.store_care import sessions, stats
+from stbproxy.cli.transfer import export, import_group
+from stbeval.cli import eval_group  # stbeval never imports the proxy side
+
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STBPROXY"})
+@click.version_option(__version__, prog_name="stbproxy")
+def main() -> None:
+    """A transparent, reproducible virtual API server for tool-using LLM agents.
+
+    Quick start: `stbproxy serve`, then in the agent's shell
+    `eval "$(stbproxy env)"` and run the agent unmodified.
+    """
+
+
+
+for command in (serve, env, stats, sessions, export, import_group):
+    main.add_command(command)
+main.add_command(eval_group, name="eval")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Serving commands: ``stbproxy serve`` (the proxy) and ``stbproxy env`` (the client's side)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from stbproxy import __version__
+from stbproxy.cli.common import ByteSize, default_confdir, fail, log, store_option
+from stbproxy.errors import StbError
+from stbproxy.models import Mode
+
+
+@click.command()
+@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None, show_default="virtual; replay with --cassette",
+              help="virtual: store, else the real API, else the simulator; record: always the real API, "
+                   "storing what comes back; replay: the store only, never the network.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. A non-loopback address needs --proxy-auth.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to listen on (0 picks a free one).")
+@store_option
+@click.option("--passthrough", multiple=True, metavar="HOST",
+              help="Host glob always forwarded, never answered from the store (e.g. an LLM "
+                   "provider); its exchanges are still logged, redacted. Repeatable.")
+@click.option("--secret-field", multiple=True, metavar="NAME",
+              help="Extra query/body field that is secret (redacted, never keyed). Repeatable.")
+@click.option("--secret-header", multiple=True, metavar="NAME", help="Extra secret header. Repeatable.")
+@click.option("--volatile-field", multiple=True, metavar="NAME",
+              help="Query/body field left out of keys (timestamps, nonces). Repeatable.")
+@click.option("--max-body", type=ByteSize(), default="10MiB", show_default=True,
+              help="Larger bodies are forwarded but not stored.")
+@click.option("--upstream-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds to wait for the real API before it counts as unavailable.")
+@click.option("--upstream-ca", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Extra CA bundle trusted for upstream TLS.")
+@click.option("--upstream-insecure", is_flag=True, help="Do not verify upstream TLS certificates.")
+@click.option("--upstream-proxy", default=None, metavar="URL", help="Outbound proxy for real API calls.")
+@click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the interception CA lives [default: 'certs' beside the store].")
+@click.option("--proxy-auth", default=None, metavar="USER:PASS",
+              help="Require proxy authentication (mandatory off loopback).")
+@click.option("--session", default=None, metavar="NAME",
+              help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
+                   "or an X-Stb-Session header) [default: one per run, serve-<time>].")
+@click.option("--cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Replay this vcrpy cassette (YAML or JSON) instead of the store, which stays untouched.")
+@click.option("--ordered", is_flag=True,
+              help="With --cassette: the n-th request with the same key gets the n-th recorded answer.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
+@click.option("--validity", type=click.Choice(["stb", "strict"]), default="stb", show_default=True,
+              help="Which real answers are valid: stb (StableToolBench's check_result, substring rules) "
+                   "or strict (HTTP status first).")
+@click.option("--faults", "faults", multiple=True, metavar="SPEC",
+              help="Inject failures, e.g. down=0.2, status=503,p=0.1,tool=weather*, timeout,api=*search*, "
+                   "latency=lognormal:200ms:0.5. Repeatable.")
+@click.option("--fault-seed", type=int, default=0, show_default=True,
+              help="The same seed fails the same tools and requests on every run and machine.")
+@click.option("--catalog", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Catalog file [default: catalog.json beside the store, written by 'stbproxy import tools'].")
+@click.option("--toolbench-url", default=None, metavar="URL",
+              help="A ToolBench-style server for the real calls behind /virtual "
+                   "(else the API's RapidAPI URL from the catalog, with $STBPROXY_RAPIDAPI_KEY).")
+@click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
+              help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
+                   "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
+                   "error). auto: llm when an LLM is configured, else schema.")
+@click.option("--sim-model", default=None, help="The simulator's model.")
+@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True)
+@click.option("--sim-max-tokens", type=click.IntRange(1), default=None)
+@click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
+@click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
+              help="Most LLM calls in flight at once.")
+@click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
+def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
+          ordered, report, validity,
+          faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
+          sim_seed, sim_concurrency, verbose):
+    """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
+
+    \b
+    Examples:
+      stbproxy serve                          # virtual mode on 127.0.0.1:8080
+      stbproxy serve --mode record --store runs/store
+      stbproxy serve --mode replay --port 9000
+      stbproxy serve --passthrough api.openai.com
+      stbproxy serve --faults down=0.2 --fault-seed 7 --simulator schema
+
+    StableToolBench clients: SERVICE_URL=http://127.0.0.1:8080/virtual
+    """
+    from stbproxy import mitm  # mitmproxy is heavy: imported only by commands that need it
+
+    mode = mode or (Mode.REPLAY.value if cassette else Mode.VIRTUAL.value)
+    if not _is_loopback(host) and not proxy_auth:
+        fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
+    if proxy_auth is not None and ":" not in proxy_auth:
+        fail("--proxy-auth must be USER:PASS")
+    _configure_logging(verbose)
+    confdir = confdir or default_confdir(store)
+    stb_options = {
+        "stb_mode": mode,
+        "stb_store": str(store),
+        "stb_passthrough": list(passthrough),
+        "stb_secret_fields": list(secret_field),
+        "stb_secret_headers": list(secret_header),
+        "stb_volatile_fields": list(volatile_field),
+        "stb_max_body": max_body,
+        "stb_upstream_timeout": str(upstream_timeout),
+        "stb_upstream_ca": upstream_ca,
+        "stb_upstream_insecure": upstream_insecure,
+        "stb_upstream_proxy": upstream_proxy,
+        "stb_session": session,
+        "stb_cassette": str(cassette) if cassette else None,
+        "stb_ordered": ordered,
+        "stb_report": str(report) if report else None,
+        "stb_validity": validity,
+        "stb_faults": list(faults),
+        "stb_fault_seed": fault_seed,
+        "stb_catalog": str(catalog) if catalog else None,
+        "stb_toolbench_url": toolbench_url,
+        "stb_simulator": simulator,
+        "stb_sim_model": sim_model,
+        "stb_sim_temperature": str(sim_temperature),
+        "stb_sim_max_tokens": sim_max_tokens,
+        "stb_sim_seed": sim_seed,
+        "stb_sim_concurrency": sim_concurrency,
+    }
+
+    def ready(bound_host: str, bound_port: int, details: str) -> None:
+        where = f"cassette {cassette}" if cassette else f"store {store}"
+        click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} "
+                   f"(mode {mode}, {where}, {details}, CA {mitm.ca_cert_path(confdir)})", nl=True)
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(mitm.serve(stb_options, listen_host=host, listen_port=port, confdir=confdir,
+                               proxy_auth=proxy_auth, on_ready=ready))
+    except StbError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+    click.echo("stbproxy stopped; store flushed and closed", err=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _configure_logging(verbose: int) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
+                        level=logging.INFO if verbose >= 2 else logging.WARNING)
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+# -- env -------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="The proxy's address.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="The proxy's port.")
+@store_option
+@click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the interception CA lives [default: 'certs' beside the store].")
+@click.option("--session", default=None, help="Name this client's traffic (sent as the proxy URL's user).")
+def env(host, port, store, confdir, session):
+    """Print the shell lines that point a client at the proxy.
+
+    \b
+    Use: eval "$(stbproxy env --port 8080)"
+    The CA certificate is created if it does not exist yet, so the paths are valid.
+    """
+    from stbproxy import mitm
+
+    confdir = (confdir or default_confdir(store)).resolve()
+    ca = mitm.ensure_ca(confdir)
+    # "NAME:@" rather than "NAME@": Python's requests sends the proxy URL's user on plain
+    # HTTP requests only when a password part is present (HTTPS tunnels send it either way).
+    user = f"{session}:@" if session else ""
+    proxy = f"http://{user}{_url_host(host)}:{port}"
+    lines = {
+        "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+        "REQUESTS_CA_BUNDLE": str(ca), "SSL_CERT_FILE": str(ca), "NODE_EXTRA_CA_CERTS": str(ca),
+    }
+    for name, value in lines.items():
+        click.echo(f"export {name}={shlex.quote(value)}")
