@@ -6,6 +6,6 @@
 Options are the stb_* ones (`mitmdump -s addons/stbproxy_addon.py --options` lists them).
 """
 
-from stbproxy.mitm import StbAddon
+from stbproxy.mitm import ScriptAddon
 
-addons = [StbAddon()]
+addons = [ScriptAddon()]

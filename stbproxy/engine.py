@@ -59,7 +59,7 @@ class EngineConfig:
     passthrough: tuple[str, ...] = ()  # host globs, e.g. "api.openai.com", "*.openai.azure.com"
     rules: KeyRules = DEFAULT_RULES
     max_body_bytes: int = DEFAULT_MAX_BODY
-    validity: validity.Policy = "stb"  # which answers count as real (validity.py)
+    validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (validity.py)
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,7 @@ class Engine:
     def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
         """Validity and failure taxonomy of a real answer, and the response to keep."""
         meta: dict = {}
+        policy = validity.policy_for(self.config.validity, stb_traffic=call.api is not None)
         if call.reply_format == "virtual":
             # A ToolBench-style server answers {"error", "response"}: keep the API's own
             # body as the stored response, and its error text beside it.
@@ -204,13 +205,12 @@ class Engine:
                 obj = json.loads(response.body)
             except (ValueError, UnicodeDecodeError):
                 obj = None
-            verdict = validity.judge_object(obj, self.config.validity)
+            verdict = validity.judge_object(obj, policy)
             if isinstance(obj, dict):
                 meta["error"] = str(obj.get("error") or "")
                 response = api_body_response(obj.get("response"))
         else:
-            verdict = validity.judge(response.status, response.body, response.header("content-type"),
-                                     self.config.validity)
+            verdict = validity.judge(response.status, response.body, response.header("content-type"), policy)
         meta["failure"] = verdict.failure.value
         return response, verdict, meta
 

@@ -13,12 +13,14 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from collections.abc import Sequence  # mitmproxy's --set parses Sequence[str] options of this kind only
+from typing import Callable, Optional
 
 from mitmproxy import ctx, exceptions, http, options
-from mitmproxy.addons import core, errorcheck, next_layer, proxyauth, proxyserver, tlsconfig
+from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
 from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
@@ -93,7 +95,7 @@ class StbAddon:
         loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
         loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
         loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
-        loader.add_option("stb_validity", str, "stb", "Which real answers are valid: stb (StableToolBench's check_result) or strict (HTTP status first).")
+        loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first).")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
         loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json beside the store, if present).")
@@ -114,22 +116,23 @@ class StbAddon:
         # change (mitmweb's options editor) reopens it at once.
         if self.runtime is not None and self.runtime.settings != self.settings:
             self._close_runtime()
-            self.open_runtime()
+            try:
+                self.open_runtime()
+            except StbError as exc:
+                raise exceptions.OptionsError(str(exc)) from exc
 
     def running(self) -> None:
         try:
             self.open_runtime()
-        except exceptions.OptionsError as exc:
-            log.error("%s", exc)  # mitmproxy's errorcheck stops start-up on an error line
+        except (exceptions.OptionsError, StbError) as exc:
+            log.error("stbproxy: error: %s", exc)  # mitmproxy's errorcheck stops start-up on an error line
 
     def open_runtime(self) -> Runtime:
+        """The running parts, opened on first use; StbError names what cannot be opened."""
         if self.runtime is None:
             if self.settings is None:
                 self.settings = settings_from_options(ctx.options)
-            try:
-                self.runtime = Runtime(self.settings)
-            except StbError as exc:
-                raise exceptions.OptionsError(f"stb_store: {exc}") from exc
+            self.runtime = Runtime(self.settings)
             log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
         return self.runtime
 
@@ -210,6 +213,30 @@ class StbAddon:
             pass  # no loop yet (configure at start-up): nothing was connected
 
 
+class ScriptAddon(StbAddon):
+    """StbAddon as ``mitmdump -s addons/stbproxy_addon.py`` loads it: a bad stb_ option at
+    start-up is one error line, after which mitmdump stops, instead of the traceback that
+    mitmproxy prints for any exception in a script; later changes (mitmweb's option
+    editor) are refused as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started = False
+
+    def configure(self, updated: set[str]) -> None:
+        try:
+            super().configure(updated)
+        except exceptions.OptionsError as exc:
+            if self._started:
+                raise
+            self.settings = None
+            log.error("stbproxy: error: %s", exc)
+
+    def running(self) -> None:
+        self._started = True
+        super().running()
+
+
 def settings_from_options(opts) -> Settings:
     """Validate every stb_ option; an OptionsError names the option at fault."""
 
@@ -275,23 +302,72 @@ def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
 # -- the embedded master ------------------------------------------------------------------
 
 
-class _ReadyLine:
-    """Reports the bound address once the listening socket is up."""
+class _Startup:
+    """Reports readiness only when the proxy is ready: the store, catalog and cassette are
+    open (before the master runs) and the listening socket is up. mitmproxy's own errors
+    during start-up (a port in use) are held back and turned into one message instead."""
 
-    def __init__(self, on_ready: Callable[[str, int, str], None], stb: StbAddon) -> None:
+    def __init__(self, on_ready: Callable[[str, int, Runtime], None], stb: StbAddon) -> None:
         self.on_ready = on_ready
         self.stb = stb
+        self.errors: list[str] = []
+        self.failure: str | None = None
+        self._handler = _Collect(self.errors)
+        self._mitm_log = logging.getLogger("mitmproxy")
+
+    def watch(self) -> None:
+        self._mitm_log.addHandler(self._handler)
+        self._mitm_log.propagate = False
+
+    def unwatch(self) -> None:
+        self._mitm_log.removeHandler(self._handler)
+        self._mitm_log.propagate = True
 
     def running(self) -> None:
+        self.unwatch()
+        server = ctx.master.addons.get("proxyserver")
+        addresses = server.listen_addrs()
+        if self.errors or not addresses or self.stb.runtime is None:
+            self.failure = listen_failure(self.errors) if self.errors else "the proxy did not start listening"
+            ctx.master.shutdown()
+            return
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
-        server = ctx.master.addons.get("proxyserver")
-        runtime = self.stb.runtime
-        details = f"simulator {runtime.simulator_description}" if runtime is not None else ""
-        for host, port, *_ in server.listen_addrs():
-            self.on_ready(host, port, details)
+        host, port, *_ = addresses[0]
+        self.on_ready(host, port, self.stb.runtime)
+
+
+class _Collect(logging.Handler):
+    """Keeps mitmproxy's error lines (for _Startup); passes the rest on as usual."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__()
+        self.errors = errors
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors.append(record.getMessage())
             return
+        for handler in logging.getLogger().handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def listen_failure(errors: list[str]) -> str:
+    """mitmproxy's start-up errors as one line that names stbproxy's own options."""
+    text = errors[0]
+    where = re.search(r"listen on (\S+?):(\d+)", text)
+    address = f"{where.group(1)}:{where.group(2)}" if where else "the address"
+    if "address already in use" in text.lower() or "errno 98" in text.lower():
+        return (f"cannot listen on {address}: the port is in use (another stbproxy?); stop that process "
+                "or choose another port with --port (--port 0 picks a free one)")
+    if "permission denied" in text.lower() or "errno 13" in text.lower():
+        return f"cannot listen on {address}: permission denied; ports below 1024 need root, choose another --port"
+    if "cannot assign requested address" in text.lower() or "errno 99" in text.lower():
+        return f"cannot listen on {address}: no such address on this machine; choose another --host"
+    first = text.split(" with ", 1)[-1].splitlines()[0]
+    return f"cannot listen on {address}: {first}; check --host and --port"
 
 
 async def serve(
@@ -301,24 +377,29 @@ async def serve(
     listen_port: int,
     confdir: Path,
     proxy_auth: str | None = None,
-    on_ready: Callable[[str, int, str], None] = lambda host, port, details: None,
+    on_ready: Callable[[str, int, Runtime], None] = lambda host, port, runtime: None,
 ) -> None:
-    """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed."""
+    """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed.
+
+    The CA, the options, the store, catalog and cassette are opened and checked before
+    anything listens, and ``on_ready`` is called only once the socket is up: a failure
+    at any step raises StbError (ConfigError) and nothing ready is ever reported.
+    """
+    ensure_ca(confdir)
     opts = options.Options()
     master = Master(opts)
     auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
     stb = StbAddon()
+    startup = _Startup(on_ready, stb)
     master.addons.add(
         core.Core(),
         *auth_addons,
         proxyserver.Proxyserver(),
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
-        errorcheck.ErrorCheck(),
         stb,
-        _ReadyLine(on_ready, stb),
+        startup,
     )
-    confdir.mkdir(parents=True, exist_ok=True)
     extra = {"proxyauth": proxy_auth} if proxy_auth else {}
     try:
         opts.update(
@@ -332,10 +413,19 @@ async def serve(
         )
     except exceptions.OptionsError as exc:
         raise ConfigError(str(exc)) from exc
+    stb.open_runtime()  # StbError: a locked store, a bad catalog or cassette, ... before listening
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, master.shutdown)
-    await master.run()
+    startup.watch()
+    try:
+        await master.run()
+    finally:
+        startup.unwatch()
+        if stb.runtime is not None:  # start-up stopped before mitmproxy's done hook
+            await stb.done()
+    if startup.failure:
+        raise ConfigError(startup.failure)
 
 
 def ca_cert_path(confdir: Path) -> Path:
@@ -343,10 +433,17 @@ def ca_cert_path(confdir: Path) -> Path:
 
 
 def ensure_ca(confdir: Path) -> Path:
-    """Create the interception CA in ``confdir`` if missing (key readable by the owner only)."""
+    """Create the interception CA in ``confdir`` if missing (key readable by the owner only);
+    ConfigError names the folder when that cannot be done."""
     from mitmproxy.certs import CertStore
 
-    CertStore.from_store(confdir, "mitmproxy", 2048)
+    try:
+        confdir.mkdir(parents=True, exist_ok=True)
+        CertStore.from_store(confdir, "mitmproxy", 2048)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"cannot keep the CA in {confdir}: {reason}; choose a folder you can write to with "
+                          "--confdir or STBPROXY_CONFDIR", setting="confdir") from exc
     return ca_cert_path(confdir)
 
 

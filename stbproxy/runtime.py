@@ -4,12 +4,15 @@ from Settings, and closes them."""
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 from stbproxy import simulator
 from stbproxy.cassette_store import CassetteStore
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
-from stbproxy.errors import ConfigError
+from stbproxy.errors import ConfigError, InputError
+from stbproxy.models import Mode
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.store import Store
@@ -26,7 +29,11 @@ def load_catalog(settings: Settings) -> Catalog | None:
             raise ConfigError(f"no catalog file at {path} (create one with 'stbproxy import tools')",
                               setting="catalog")
         return None
-    catalog = Catalog.load(path)
+    try:
+        catalog = Catalog.load(path)
+    except InputError as exc:
+        raise ConfigError(f"{exc}; write it again with 'stbproxy import tools', or name another with --catalog",
+                          setting="catalog") from exc
     log.info("catalog: %d APIs from %s", len(catalog), path)
     return catalog
 
@@ -54,10 +61,16 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        if settings.report is not None:
+            check_writable(settings.report, "report")
         self.catalog = load_catalog(settings)  # before the store: a bad file leaves nothing open
         if settings.cassette is not None:  # the RocksDB store stays untouched
-            self.store = CassetteStore(settings.cassette, catalog=self.catalog, rules=settings.key_rules(),
-                                       ordered=settings.ordered)
+            try:
+                self.store = CassetteStore(settings.cassette, catalog=self.catalog, rules=settings.key_rules(),
+                                           ordered=settings.ordered)
+            except InputError as exc:
+                raise ConfigError(f"cannot replay the cassette: {exc}; fix it, record it again, or name "
+                                  "another with --cassette", setting="cassette") from exc
         else:
             self.store = Store(settings.store)
         try:
@@ -71,6 +84,17 @@ class Runtime:
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
+
+    def description(self) -> list[str]:
+        """What the ready line says about this proxy: only what can act in its mode (the
+        simulator answers in virtual mode alone), and every fault rule that is on."""
+        s = self.settings
+        parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}"]
+        if s.mode is Mode.VIRTUAL:
+            parts.append(f"simulator {self.simulator_description}")
+        if s.faults:
+            parts.append(f"FAULTS ON: {'; '.join(s.faults)} (seed {s.fault_seed})")
+        return parts
 
     async def aclose(self) -> None:
         try:
@@ -94,3 +118,14 @@ class Runtime:
             log.warning("  not in the cassette: %s %s", miss["request"]["method"], miss["request"]["url"])
         if self.settings.report is not None:
             cassette.write_report(self.settings.report)
+
+
+def check_writable(path: Path, setting: str) -> None:
+    """A file written at shutdown must be writable from the start, or the run's result is lost."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {path}: the folder {folder} does not exist", setting=setting)
+    if path.is_dir():
+        raise ConfigError(f"cannot write {path}: it is a folder", setting=setting)
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"cannot write {path}: permission denied", setting=setting)

@@ -9,21 +9,27 @@ from __future__ import annotations
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-_READY = re.compile(r"listening on http://(\S+?):(\d+) ")
+from stbproxy.sessions import proxy_url
+
+# The ready line, and only it: its start, not any line that mentions listening.
+_READY = re.compile(r"^stbproxy \S+ listening on http://(\S+?):(\d+) ")
 
 
 class ServeProcess:
     """``stbproxy serve`` as a subprocess on a free loopback port, as users start it."""
 
-    def __init__(self, store: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, store: Path, *args: str, env: dict | None = None, confdir: Path | None = None) -> None:
         self.store = Path(store)
-        self.args = ["--store", str(self.store), "--port", "0", *args]
+        # The CA beside the store, not the user's: a test run never writes into the home folder.
+        self.confdir = Path(confdir) if confdir is not None else self.store.parent / "certs"
+        self.args = ["--store", str(self.store), "--port", "0", "--confdir", str(self.confdir), *args]
         # Neither the caller's proxy nor their STBPROXY_* settings: they would change the run.
         inherited = {k: v for k, v in os.environ.items()
                      if not k.lower().endswith("_proxy") and not k.startswith("STBPROXY_")}
@@ -39,15 +45,15 @@ class ServeProcess:
 
     @property
     def ca_file(self) -> Path:
-        return self.store.parent / "certs" / "mitmproxy-ca-cert.pem"
+        return self.confdir / "mitmproxy-ca-cert.pem"
 
     def client_env(self, session: str | None = None) -> dict[str, str]:
         """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust."""
-        user = f"{session}:@" if session else ""
-        proxy = f"http://{user}127.0.0.1:{self.port}"
+        proxy = proxy_url("127.0.0.1", self.port, session)
         ca = str(self.ca_file)
         return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-                "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca}
+                "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca,
+                "CURL_CA_BUNDLE": ca}
 
     def launch(self) -> ServeProcess:
         """Start the process without waiting (several can then start up side by side)."""
@@ -70,11 +76,21 @@ class ServeProcess:
             if line is None:  # the process ended
                 break
             match = _READY.search(line)
-            if match:
+            if match and self._accepts(int(match.group(2)), deadline):
                 self.port = int(match.group(2))
                 return self
         self.stop()
         raise RuntimeError("stbproxy serve did not start:\n" + "".join(self.output[-40:]))
+
+    def _accepts(self, port: int, deadline: float) -> bool:
+        """A ready line is believed only if the process lives and its port takes a connection."""
+        while self.process.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
 
     def start(self, timeout: float = 60) -> ServeProcess:
         return self.launch().wait_ready(timeout)

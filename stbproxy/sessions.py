@@ -1,9 +1,11 @@
 """Sessions: which run a request belongs to, named without changing the agent. Pure.
 
-A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42@host:port``
+A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42:@host:port``
 makes clients send ``Proxy-Authorization: Basic base64("run-42:")``, on plain requests
 and on CONNECT alike), by an ``X-Stb-Session`` request header, by ``serve --session``, or
-else by a default per serve run. Each session keeps an ordered log of light records
+else by a default per serve run. In the URL the name is percent-encoded (``my%20run%2F2``),
+so any name survives; clients decode it before sending, and the proxy decodes what a
+client sent still encoded. Each session keeps an ordered log of light records
 that point at the stored answers.
 """
 
@@ -14,6 +16,7 @@ import hashlib
 import re
 import time
 from dataclasses import asdict, dataclass
+from urllib.parse import quote, unquote
 
 from stbproxy.models import Headers, header_value
 
@@ -39,6 +42,17 @@ def default_session_name(now: float | None = None) -> str:
     return time.strftime("serve-%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
 
 
+def proxy_url(host: str, port: int, session: str | None = None) -> str:
+    """The proxy URL a client is given, naming ``session`` as its (percent-encoded) user.
+
+    "NAME:@" rather than "NAME@": Python's requests sends the proxy URL's user on plain HTTP
+    requests only when a password part is present (HTTPS tunnels send it either way).
+    """
+    user = f"{quote(session, safe='')}:@" if session else ""
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{user}{host}:{port}"
+
+
 def proxy_user(headers: Headers) -> str | None:
     """The user of a ``Proxy-Authorization: Basic`` header (the proxy URL's user part)."""
     value = header_value(headers, "proxy-authorization")
@@ -48,10 +62,16 @@ def proxy_user(headers: Headers) -> str | None:
     if scheme.lower() != "basic":
         return None
     try:
-        user = base64.b64decode(credential.strip(), validate=True).decode("utf-8").partition(":")[0]
-    except (ValueError, UnicodeDecodeError):
+        raw = base64.b64decode(credential.strip(), validate=True)
+    except ValueError:
         return None
-    return user or None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")  # requests encodes credentials in Latin-1
+    # The password part we hand out is empty, so a name holding ":" ends at the last one.
+    user, colon, _password = text.rpartition(":")
+    return unquote(user if colon else text) or None
 
 
 def header_text(value: str) -> str:

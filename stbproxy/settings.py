@@ -12,7 +12,7 @@ from stbproxy.keys import KeyRules
 from stbproxy.models import Mode
 from stbproxy.sessions import safe_session_name
 from stbproxy.upstream import UpstreamConfig
-from stbproxy.validity import POLICIES
+from stbproxy.validity import AUTO, CHOICES
 
 SIMULATORS = ("auto", "llm", "schema", "off")
 
@@ -30,7 +30,7 @@ class Settings:
     upstream_ca: str | None = None
     upstream_insecure: bool = False
     upstream_proxy: str | None = None
-    validity: str = "stb"
+    validity: str = AUTO  # stb for StableToolBench traffic, strict for other HTTP
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
     catalog: Path | None = None  # None: catalog.json beside the store, when it exists
@@ -49,8 +49,8 @@ class Settings:
     sim_timeout: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.validity not in POLICIES:
-            raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(POLICIES)}",
+        if self.validity not in CHOICES:
+            raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(CHOICES)}",
                               setting="validity")
         if self.simulator not in SIMULATORS:
             raise ConfigError(f"simulator {self.simulator!r} is not one of {', '.join(SIMULATORS)}",

@@ -160,14 +160,7 @@ class Store:
         except StoreError:
             raise
         except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
-            text = str(exc)
-            if "lock" in text.lower():
-                raise StoreLockedError(
-                    f"the store at {self.path} is locked by another process ({self.path / 'LOCK'}): "
-                    "another stbproxy is writing to it; stop it, use another --store, "
-                    "or use a read-only command such as 'stbproxy stats'"
-                ) from exc
-            raise StoreError(f"cannot open the store at {self.path}: {text}") from exc
+            raise open_failure(self.path, exc) from exc
 
     # context manager ------------------------------------------------------------------
     def __enter__(self) -> Store:
@@ -341,6 +334,32 @@ class Store:
             return fn(*args)
         except Exception as exc:
             raise StoreError(f"store operation failed at {self.path}: {exc}") from exc
+
+
+def open_failure(path: Path, exc: Exception) -> StoreError:
+    """Why a store cannot be opened, and what to do about it, in one line."""
+    text = str(exc)
+    if "lock" in text.lower():
+        return StoreLockedError(
+            f"the store at {path} is locked by another process ({path / 'LOCK'}): "
+            "another stbproxy is writing to it; stop it, use another --store, "
+            "or use a read-only command such as 'stbproxy stats'")
+    absolute = path.absolute()
+    if absolute.parts[1:2] in (("proc",), ("sys",)):
+        return StoreError(f"cannot create the store at {path}: /{absolute.parts[1]} is the kernel's virtual "
+                          "file system, where no store can live; choose another folder with --store")
+    blocking = next((parent for parent in (absolute, *absolute.parents) if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        return StoreError(f"cannot create the store at {path}: {blocking} is a file, not a folder; "
+                          "choose another folder with --store")
+    errno_text = getattr(exc, "strerror", None) or text
+    if isinstance(exc, PermissionError) or "permission denied" in text.lower() or "read-only" in text.lower():
+        return StoreError(f"cannot create the store at {path}: {errno_text} ({blocking} is not writable); "
+                          "choose a folder you can write to with --store")
+    if "corruption" in text.lower() or "invalid argument" in text.lower():
+        return StoreError(f"the store at {path} cannot be read: {text}; it is not an stbproxy store or it "
+                          "is damaged (choose another --store, or move this folder away)")
+    return StoreError(f"cannot open the store at {path}: {errno_text}; choose another folder with --store")
 
 
 def _host_of(url: str) -> str:

@@ -3,7 +3,9 @@
 Two policies decide validity. ``stb`` is StableToolBench's ``check_result``: substring
 tests on the text of the response object, kept exactly (false alarms included) so that
 a cache built here agrees with one built by the original server. ``strict`` trusts the
-HTTP status first and only then a few gateway messages that cannot be content.
+HTTP status first and only then a few gateway messages that cannot be content. The
+setting ``auto`` (the default) picks by the kind of traffic: ``stb`` for StableToolBench
+traffic, ``strict`` for any other HTTP API, whose 200 answers may well mention "500".
 
 The failure taxonomy (the paper's Appendix D) is for reporting only; it never changes
 what is stored.
@@ -21,6 +23,16 @@ from stbproxy.errors import ConfigError, InputError
 
 Policy = Literal["stb", "strict"]
 POLICIES: tuple[str, ...] = ("stb", "strict")
+AUTO = "auto"
+CHOICES: tuple[str, ...] = (AUTO, *POLICIES)  # what a user may set
+
+
+def policy_for(choice: str, stb_traffic: bool) -> Policy:
+    """The policy for one call: ``choice`` itself, or for ``auto`` the one that fits the
+    traffic (``stb_traffic``: a /virtual call, or a call the catalog routes to an API)."""
+    if choice == AUTO:
+        return "stb" if stb_traffic else "strict"
+    return choice  # type: ignore[return-value]
 
 
 class FailureKind(str, enum.Enum):

@@ -10,6 +10,16 @@ REPO = Path(__file__).resolve().parent.parent
 STB_DATA = REPO.parent / "shared" / "data" / "stabletoolbench"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ca_outside_the_home_folder(tmp_path_factory):
+    """stbproxy keeps its CA in ~/.stbproxy unless told otherwise: tests tell it otherwise,
+    so that no test writes into the real home folder (those about the default set HOME)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STBPROXY_CONFDIR", str(tmp_path_factory.mktemp("confdir")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def stb_data() -> Path:
     if not STB_DATA.is_dir():

@@ -24,15 +24,15 @@ def test_version_and_help_on_every_command():
 
 
 def test_env_prints_proxy_and_ca_lines_and_creates_the_ca(tmp_path):
-    store = tmp_path / "run" / "store"
-    result = invoke("env", "--port", "9123", "--store", str(store))
+    confdir = tmp_path / "conf"
+    result = invoke("env", "--port", "9123", "--confdir", str(confdir))
     assert result.exit_code == 0
     lines = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines())
-    assert lines["HTTP_PROXY"] == lines["HTTPS_PROXY"] == "http://127.0.0.1:9123"
+    assert lines["HTTP_PROXY"] == lines["HTTPS_PROXY"] == lines["https_proxy"] == "http://127.0.0.1:9123"
     ca = lines["REQUESTS_CA_BUNDLE"]
-    assert ca == lines["SSL_CERT_FILE"] == lines["NODE_EXTRA_CA_CERTS"] and ca.endswith("mitmproxy-ca-cert.pem")
-    assert os.path.isfile(ca)
-    key = store.parent / "certs" / "mitmproxy-ca.pem"
+    assert ca == lines["SSL_CERT_FILE"] == lines["CURL_CA_BUNDLE"] == lines["NODE_EXTRA_CA_CERTS"]
+    assert ca == str(confdir / "mitmproxy-ca-cert.pem") and os.path.isfile(ca)
+    key = confdir / "mitmproxy-ca.pem"
     assert stat.S_IMODE(key.stat().st_mode) & 0o077 == 0
 
 
@@ -62,7 +62,7 @@ def test_stats_errors_prints_the_taxonomy(tmp_path):
 
 def test_stats_on_a_missing_store_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["stats", "--store", str(tmp_path / "none")])
-    assert result.exit_code == 2 and "no store at" in result.output
+    assert result.exit_code == 2 and result.output.startswith("stbproxy: error: no store at")
 
 
 def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
@@ -83,5 +83,5 @@ def test_serve_refuses_bad_fault_specs_naming_the_part(tmp_path):
 
 
 def test_every_option_reads_stbproxy_command_option_variables(tmp_path):
-    result = invoke("env", "--store", str(tmp_path / "s"), env={"STBPROXY_ENV_PORT": "9555", "STBPROXY_ENV_SESSION": "nightly"})
+    result = invoke("env", env={"STBPROXY_ENV_PORT": "9555", "STBPROXY_ENV_SESSION": "nightly"})
     assert "export HTTP_PROXY=http://nightly:@127.0.0.1:9555" in result.output

@@ -3,8 +3,8 @@
 The click group lives here; its commands live in modules by theme: serving.py (serve,
 env), store_care.py (stats, sessions), transfer.py (export, import); common.py holds
 what they share. Every option can also be set from the environment:
-``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``), and the store
-everywhere by ``STBPROXY_STORE``.
+``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
+the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from stbproxy import __version__
+from stbproxy.cli.common import OneLineErrors, expose_envvars
 from stbproxy.cli.serving import env, serve
 from stbproxy.cli.store_care import sessions, stats
 from stbproxy.cli.transfer import export, import_group
@@ -19,7 +20,7 @@ from stbeval.cli import eval_group  # stbeval never imports the proxy side
 
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STBPROXY"})
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stbproxy")
 def main() -> None:
     """A transparent, reproducible virtual API server for tool-using LLM agents.
@@ -33,6 +34,7 @@ def main() -> None:
 for command in (serve, env, stats, sessions, export, import_group):
     main.add_command(command)
 main.add_command(eval_group, name="eval")
+expose_envvars(main, "STBPROXY")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""What every stbproxy command shares: the store option, sizes, and the one error style."""
+"""What every stbproxy command shares: the store and confdir options, sizes, the
+environment variables of options, and the one error style (``stbproxy: error: ...``)."""
 
 from __future__ import annotations
 
 import logging
-import sys
+import os
 from pathlib import Path
 
 import click
@@ -37,17 +38,104 @@ def store_option(func):
         type=click.Path(file_okay=False, path_type=Path),
         default=Path(".stbproxy") / "store",
         envvar="STBPROXY_STORE",
-        show_envvar=True,
         show_default=True,
         help="The store directory (an embedded RocksDB database).",
     )(func)
 
 
-def default_confdir(store: Path) -> Path:
-    """The CA lives beside the store (./.stbproxy/certs for the default store)."""
-    return store.parent / "certs"
+CONFDIR_HELP = ("Where the interception CA lives: one per user, whatever the store, so that "
+                "'stbproxy env' and 'stbproxy serve' agree [default: ~/.stbproxy].")
 
 
-def fail(message: str) -> None:
-    click.echo(f"stbproxy: error: {message}", err=True)
-    sys.exit(2)
+def confdir_option(func):
+    return click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        envvar="STBPROXY_CONFDIR", help=CONFDIR_HELP)(func)
+
+
+def user_confdir() -> Path:
+    """~/.stbproxy: the CA of this user, as mitmproxy keeps its own in ~/.mitmproxy."""
+    try:
+        return Path.home() / ".stbproxy"
+    except RuntimeError:  # no HOME and no password entry
+        fail("cannot find your home folder for the CA: set HOME, STBPROXY_CONFDIR or --confdir")
+
+
+def resolve_confdir(confdir: Path | None) -> Path:
+    return (confdir or user_confdir()).expanduser().absolute()
+
+
+class CommandError(click.ClickException):
+    """A failure, shown as one line in the one style of every stbproxy command."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"stbproxy: error: {self.format_message()}", err=True)
+
+
+def fail(message: str, exit_code: int = 2):
+    error = CommandError(message)
+    error.exit_code = exit_code
+    raise error
+
+
+class OneLineErrors(click.Group):
+    """The top-level group: whatever goes wrong in any command (a bad option, a missing
+    file, a failure of our own) ends as one ``stbproxy: error: ...`` line, never a traceback."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _one_line():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx):
+        with _one_line():
+            return super().invoke(ctx)
+
+
+class _one_line:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, (CommandError, click.exceptions.Exit, SystemExit, KeyboardInterrupt)):
+            return False
+        if isinstance(exc, click.UsageError):
+            where = exc.ctx.command_path if exc.ctx is not None else "stbproxy"
+            raise CommandError(f"{exc.format_message()} (see '{where} --help')") from exc
+        if isinstance(exc, click.exceptions.Abort):
+            fail("aborted", 1)
+        if isinstance(exc, click.ClickException):
+            fail(exc.format_message(), exc.exit_code)
+        if os.environ.get("STBPROXY_TRACEBACK"):
+            return False
+        if isinstance(exc, OSError):
+            where = f": {exc.filename}" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", 1)
+        fail(f"internal error: {type(exc).__name__}: {exc} (set STBPROXY_TRACEBACK=1 to see where; "
+             "please report it)", 1)
+        return False
+
+
+def expose_envvars(command: click.Command, prefix: str) -> None:
+    """Every option of ``command`` and its subcommands reads ``<PREFIX>_<COMMAND>_<OPTION>``,
+    named after its long flag (``stats --json`` reads STBPROXY_STATS_JSON), before any
+    shared variable it declares (STBPROXY_STORE); and every --help names them."""
+    for param in command.params:
+        if not isinstance(param, click.Option) or not param.expose_value:
+            continue  # --help, --version
+        own = f"{prefix}_{_flag_name(param)}"
+        shared = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+        param.envvar = [own, *(name for name in shared if name != own)]
+        param.show_envvar = True
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            expose_envvars(sub, f"{prefix}_{_upper(name)}")
+
+
+def _flag_name(option: click.Option) -> str:
+    longs = [opt for opt in option.opts if opt.startswith("--")] or option.opts
+    return _upper(max(longs, key=len).lstrip("-"))
+
+
+def _upper(name: str) -> str:
+    return name.upper().replace("-", "_")

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from stbproxy import __version__
-from stbproxy.cli.common import ByteSize, default_confdir, fail, log, store_option
+from stbproxy.cli.common import ByteSize, confdir_option, fail, log, resolve_confdir, store_option
 from stbproxy.errors import StbError
 from stbproxy.models import Mode
 
@@ -42,8 +42,7 @@ from stbproxy.models import Mode
               help="Extra CA bundle trusted for upstream TLS.")
 @click.option("--upstream-insecure", is_flag=True, help="Do not verify upstream TLS certificates.")
 @click.option("--upstream-proxy", default=None, metavar="URL", help="Outbound proxy for real API calls.")
-@click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the interception CA lives [default: 'certs' beside the store].")
+@confdir_option
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
               help="Require proxy authentication (mandatory off loopback).")
 @click.option("--session", default=None, metavar="NAME",
@@ -55,9 +54,10 @@ from stbproxy.models import Mode
               help="With --cassette: the n-th request with the same key gets the n-th recorded answer.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
-@click.option("--validity", type=click.Choice(["stb", "strict"]), default="stb", show_default=True,
-              help="Which real answers are valid: stb (StableToolBench's check_result, substring rules) "
-                   "or strict (HTTP status first).")
+@click.option("--validity", type=click.Choice(["auto", "stb", "strict"]), default="auto", show_default=True,
+              help="Which real answers are valid. auto: StableToolBench's rules (check_result, substring "
+                   "tests) for /virtual calls and calls the catalog routes to an API, the status-based strict "
+                   "rule for any other HTTP; stb or strict: that policy for all traffic.")
 @click.option("--faults", "faults", multiple=True, metavar="SPEC",
               help="Inject failures, e.g. down=0.2, status=503,p=0.1,tool=weather*, timeout,api=*search*, "
                    "latency=lognormal:200ms:0.5. Repeatable.")
@@ -73,8 +73,11 @@ from stbproxy.models import Mode
                    "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
                    "error). auto: llm when an LLM is configured, else schema.")
 @click.option("--sim-model", default=None, help="The simulator's model.")
-@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True)
-@click.option("--sim-max-tokens", type=click.IntRange(1), default=None)
+@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True,
+              help="The simulator LLM's sampling temperature (0: the same call gets the same answer, "
+                   "as far as the backend allows).")
+@click.option("--sim-max-tokens", type=click.IntRange(1), default=None,
+              help="Most tokens the simulator LLM may write per answer [default: the backend's limit].")
 @click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
@@ -104,7 +107,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
     _configure_logging(verbose)
-    confdir = confdir or default_confdir(store)
+    default_confdir = confdir is None
+    confdir = resolve_confdir(confdir)
     stb_options = {
         "stb_mode": mode,
         "stb_store": str(store),
@@ -134,20 +138,39 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_concurrency": sim_concurrency,
     }
 
-    def ready(bound_host: str, bound_port: int, details: str) -> None:
-        where = f"cassette {cassette}" if cassette else f"store {store}"
-        click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} "
-                   f"(mode {mode}, {where}, {details}, CA {mitm.ca_cert_path(confdir)})", nl=True)
+    def ready(bound_host: str, bound_port: int, runtime) -> None:
+        details = ", ".join([*runtime.description(), f"CA {mitm.ca_cert_path(confdir)}"])
+        click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} ({details})")
+        client = ["stbproxy", "env", "--port", str(bound_port)]
+        if bound_host != "127.0.0.1":
+            client += ["--host", bound_host]
+        if not default_confdir:
+            client += ["--confdir", str(confdir)]
+        click.echo(f"point clients at it: eval \"$({shlex.join(client)})\"")
         sys.stdout.flush()
 
     try:
         asyncio.run(mitm.serve(stb_options, listen_host=host, listen_port=port, confdir=confdir,
                                proxy_auth=proxy_auth, on_ready=ready))
     except StbError as exc:
-        fail(str(exc))
+        fail(cli_message(str(exc)))
     except KeyboardInterrupt:
         pass
     click.echo("stbproxy stopped; store flushed and closed", err=True)
+
+
+# stb_ options whose flag is not simply --<name>
+_FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
+          "stb_volatile_fields": "--volatile-field", "stb_faults": "--faults"}
+
+
+def cli_message(text: str) -> str:
+    """An addon message names its stb_ option; the command line names the flag."""
+    name, sep, rest = text.partition(": ")
+    if sep and name.startswith("stb_") and " " not in name:
+        flag = _FLAGS.get(name) or "--" + name.removeprefix("stb_").replace("_", "-")
+        return f"{flag}: {rest}"
+    return text
 
 
 def _is_loopback(host: str) -> bool:
@@ -175,28 +198,33 @@ def _configure_logging(verbose: int) -> None:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="The proxy's address.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="The proxy's port.")
-@store_option
-@click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the interception CA lives [default: 'certs' beside the store].")
-@click.option("--session", default=None, help="Name this client's traffic (sent as the proxy URL's user).")
-def env(host, port, store, confdir, session):
+@confdir_option
+@click.option("--session", default=None, metavar="NAME",
+              help="Name this client's traffic: sent as the proxy URL's user, percent-encoded, so any "
+                   "name works ('my run/2', 'a:b@c').")
+def env(host, port, confdir, session):
     """Print the shell lines that point a client at the proxy.
 
     \b
     Use: eval "$(stbproxy env --port 8080)"
-    The CA certificate is created if it does not exist yet, so the paths are valid.
+    The proxy for HTTP_PROXY/HTTPS_PROXY (both cases), and the proxy's CA for every client
+    that reads one: REQUESTS_CA_BUNDLE (requests), SSL_CERT_FILE (httpx, urllib, OpenSSL),
+    CURL_CA_BUNDLE (curl) and NODE_EXTRA_CA_CERTS (Node). The CA is the one every 'stbproxy
+    serve' of this user intercepts with (~/.stbproxy, or --confdir / STBPROXY_CONFDIR); it is
+    created if it does not exist yet, so the paths are valid.
     """
     from stbproxy import mitm
+    from stbproxy.sessions import proxy_url
 
-    confdir = (confdir or default_confdir(store)).resolve()
-    ca = mitm.ensure_ca(confdir)
-    # "NAME:@" rather than "NAME@": Python's requests sends the proxy URL's user on plain
-    # HTTP requests only when a password part is present (HTTPS tunnels send it either way).
-    user = f"{session}:@" if session else ""
-    proxy = f"http://{user}{_url_host(host)}:{port}"
+    try:
+        ca = mitm.ensure_ca(resolve_confdir(confdir))
+    except StbError as exc:
+        fail(str(exc))
+    proxy = proxy_url(host, port, session)
     lines = {
         "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-        "REQUESTS_CA_BUNDLE": str(ca), "SSL_CERT_FILE": str(ca), "NODE_EXTRA_CA_CERTS": str(ca),
+        "REQUESTS_CA_BUNDLE": str(ca), "SSL_CERT_FILE": str(ca), "CURL_CA_BUNDLE": str(ca),
+        "NODE_EXTRA_CA_CERTS": str(ca),
     }
     for name, value in lines.items():
         click.echo(f"export {name}={shlex.quote(value)}")
