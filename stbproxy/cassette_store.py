@@ -1,4 +1,5 @@
-"""One cassette served in place of the store: ``stbproxy serve --mode replay --cassette FILE``.
+"""One cassette served in place of the store: ``stbproxy serve --mode replay --cassette FILE``,
+and in-process replay (inprocess.py), which may also play a store session this way.
 
 It answers the engine's reads from the cassette's interactions, keyed exactly as the
 proxy keys requests, and keeps every write in memory: the RocksDB store is never
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from stbproxy.cassettes import imported_exchange, read_cassette
-from stbproxy.errors import InputError
+from stbproxy.cassettes import Interaction, imported_exchange, read_cassette
+from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
 
@@ -35,17 +36,21 @@ class PlaybackReport:
 
     def summary(self) -> str:
         return (f"cassette {self.cassette}: {self.played} of {self.interactions} interactions played, "
-                f"{len(self.unplayed)} never played, {len(self.unmatched)} requests not in the cassette")
+                f"{len(self.unplayed)} never played, {len(self.unmatched)} requests not answered "
+                "(not in the cassette, or already played)")
 
 
 class CassetteStore:
     readonly = False  # writes are accepted, and kept in memory only
     reads_cacheable = False  # every read counts: ordered playback and the played report
 
-
-    def __init__(self, path: Path, *, catalog, rules: KeyRules, ordered: bool = False) -> None:
+    def __init__(self, path: Path, *, catalog, rules: KeyRules, ordered: bool = False,
+                 interactions: list[Interaction] | None = None) -> None:
+        """Play the cassette at ``path``, or ``interactions`` (named ``path``) when given."""
         self.path = Path(path)
-        interactions, problems = read_cassette(self.path)
+        problems: list = []
+        if interactions is None:
+            interactions, problems = read_cassette(self.path)
         if not interactions:
             raise InputError(f"{self.path}: no usable interaction to replay"
                              + (f" ({problems[0]})" if problems else ""))
@@ -58,6 +63,7 @@ class CassetteStore:
             self._by_key[exchange.key].append((interaction.index, exchange))
             self._order.append((interaction.index, exchange))
         self._served: Counter[str] = Counter()
+        self._asked: Counter[str] = Counter()  # requests per key, answered or not
         self._played: set[int] = set()
         self._memory: dict[str, Exchange] = {}  # what the engine writes (logs), never on disk
         self.report = PlaybackReport(str(self.path), len(interactions) + len(problems),
@@ -68,6 +74,7 @@ class CassetteStore:
         recorded = self._by_key.get(key)
         if not recorded:
             return self._memory.get(key)
+        self._asked[key] += 1
         position = self._served[key] if self.ordered else 0
         if position >= len(recorded):
             return None  # ordered: every recorded answer for this request was played already
@@ -75,6 +82,16 @@ class CassetteStore:
         index, exchange = recorded[position]
         self._played.add(index)
         return exchange
+
+    def miss_note(self, key: str) -> str | None:
+        """Why a request the cassette does hold got no answer: ordered playback used up
+        every recorded answer for it. None when the cassette does not hold it at all."""
+        recorded = self._by_key.get(key)
+        if not recorded:
+            return None
+        n = len(recorded)
+        return (f"already played ({n} of {n}): this is request {self._asked[key]} of its kind and the "
+                f"cassette recorded {n}")
 
     def scan(self, prefix: str) -> Iterator[Exchange]:
         for _index, exchange in self._order:
@@ -104,3 +121,39 @@ class CassetteStore:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(self.report.to_dict(), indent=2))
         tmp.replace(path)
+
+
+def describe_miss(miss: dict) -> list[str]:
+    """A replay miss (the engine's explanation) as the lines a user reads: what was asked,
+    and either that it was already played or the closest recorded request and how it differs."""
+    request = miss["request"]
+    asked = f"{request['method']} {request['url']}"
+    if miss.get("already_played"):
+        return [f"{miss['already_played']}: {asked}"]
+    lines = [f"not in the cassette: {asked}"]
+    closest = miss.get("closest")
+    if closest:
+        lines.append(f"  closest recorded: {closest['method']} {closest['url']}")
+        lines.extend(f"    {d['part']}: recorded {d['stored']!r}, got {d['got']!r}" for d in closest["differences"])
+    else:
+        lines.append("  the cassette holds nothing close")
+    return lines
+
+
+def session_exchanges(db, name: str, skipped: list[str]) -> list[Exchange]:
+    """The stored exchanges a session's log points at, in its order; a record whose
+    answer is gone (forgotten, or damaged) is noted in ``skipped`` and left out."""
+    out = []
+    for record in db.session_records(name):
+        key = record.get("key") or ""
+        try:
+            exchange = db.get(key) if key else None
+        except StbError as exc:
+            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
+            continue
+        if exchange is None:
+            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
+                           f"its answer is not stored ({key or 'never kept'})")
+            continue
+        out.append(exchange)
+    return out

@@ -4,6 +4,8 @@ virtual (default): store hit -> answer; else upstream: a valid answer is stored 
     returned; an unreachable upstream or an invalid answer goes to the simulator.
 record: always upstream; whatever comes back is stored (transport failures are not).
 replay: store only; a miss answers 404 naming the closest stored request.
+With refresh_simulated (virtual mode), a hit on a simulated answer asks the real API
+again, at most once per REFRESH_INTERVAL per key: a valid real answer replaces it.
 Hosts marked passthrough are always forwarded and never served from the store; their
 exchanges are logged (redacted) so that a run's record stays complete.
 Identical concurrent misses share one upstream (or simulator) call.
@@ -41,6 +43,7 @@ CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itse
 HIT_CACHE_ENTRIES = 4096  # ready-made answers of recent hits (hits repeat in benchmark reruns)
 HIT_CACHE_MAX_BODY = 64 * 1024
 MAX_MISSES_KEPT = 10_000
+REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -60,6 +63,8 @@ class EngineConfig:
     rules: KeyRules = DEFAULT_RULES
     max_body_bytes: int = DEFAULT_MAX_BODY
     validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (validity.py)
+    refresh_simulated: bool = False  # virtual mode: try the real API again for stored simulated answers
+    refresh_interval: float = REFRESH_INTERVAL
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class Answer:
     key: str | None = None  # the call's key
     meta: Mapping = field(default_factory=dict)  # the entry's facts (error text, taxonomy, model)
     record_key: str | None = None  # where these answer bytes are kept (an entry or a log/ record)
+    stored_source: Source | None = None  # a hit: the source of the stored entry
 
 
 class Engine:
@@ -96,6 +102,7 @@ class Engine:
         # written on a miss (or in record mode, which never reads), so none goes stale.
         self._hits: OrderedDict[str, Answer] = OrderedDict()
         self.misses: list[dict] = []  # replay misses with their explanation, for reports
+        self._refreshed: dict[str, float] = {}  # key -> when the real API was last asked again
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
@@ -129,6 +136,8 @@ class Engine:
         if mode is not Mode.RECORD:
             hit = self._hit(call.key)
             if hit is not None:
+                if hit.stored_source is Source.SIMULATED and self.config.refresh_simulated and mode is Mode.VIRTUAL:
+                    return await self._shared(call.key, lambda: self._refresh(call, hit))
                 return hit
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
@@ -143,7 +152,7 @@ class Engine:
         if stored is None:
             return None
         answer = Answer(stored.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, key,
-                        stored.meta, key)
+                        stored.meta, key, stored.source)
         # A store may ask to see every read (a cassette counts which answers were played).
         if len(stored.response.body) <= HIT_CACHE_MAX_BODY and getattr(self.store, "reads_cacheable", True):
             self._hits[key] = answer
@@ -172,7 +181,7 @@ class Engine:
         if decision.failed:
             if self.config.mode is Mode.RECORD:
                 return self._injected(call, decision)  # record mode: the client sees the fault
-            return await self._simulate(call, f"injected fault {decision.rule}")
+            return await self._simulate(call, f"injected fault {decision.rule}", fault=decision.rule)
         if call.upstream is None:
             return await self._unavailable(call, UpstreamError("no real API is known for this call"))
         try:
@@ -214,18 +223,46 @@ class Engine:
         meta["failure"] = verdict.failure.value
         return response, verdict, meta
 
-    async def _simulate(self, call: Call, reason: str) -> Answer:
+    async def _simulate(self, call: Call, reason: str, fault: str | None = None) -> Answer:
         job = SimulationRequest(call.request, call.key, call.api, reason)
         try:
             result = await self.simulator.simulate(job)
         except StbError as exc:
             result = Simulation(error_object_response(f"Simulation failed: {exc}"), ok=False)
+        # Answers made up for an injected fault say so: `forget --faulted` removes exactly
+        # what an experiment added, and `stats --errors` counts them apart from real failures.
+        marks = {"fault": fault} if fault else {}
         if not result.ok:
             saved = self._save(call, result.response, self._log_key("simulated-error", call),
-                               Source.SIMULATED_ERROR, None, {"reason": reason, **result.meta})
+                               Source.SIMULATED_ERROR, None, {"reason": reason, **result.meta, **marks})
             return self._answer(result.response, Source.SIMULATED_ERROR, call.key, None, saved)
-        saved = self._save(call, result.response, call.key, Source.SIMULATED, None, result.meta)
-        return self._answer(result.response, Source.SIMULATED, call.key, result.meta, saved)
+        meta = {**result.meta, **marks}
+        saved = self._save(call, result.response, call.key, Source.SIMULATED, None, meta)
+        return self._answer(result.response, Source.SIMULATED, call.key, meta, saved)
+
+    async def _refresh(self, call: Call, simulated: Answer) -> Answer:
+        """A stored simulated answer, unless the real API now gives a valid one, which
+        replaces it. Anything else (down, invalid, a fault) leaves the simulated answer."""
+        now = time.monotonic()
+        last = self._refreshed.get(call.key)
+        if call.upstream is None or (last is not None and now - last < self.config.refresh_interval):
+            return simulated
+        if self._decide(call).failed:
+            return simulated  # an injected fault: the API stays "down" for this run
+        self._refreshed[call.key] = now
+        try:
+            response, seconds = await self.upstream.send(call.upstream)
+        except UpstreamError as exc:
+            log.info("still no real answer for %s: %s", self._loggable(call.request), exc)
+            return simulated
+        response, verdict, meta = self._judge(call, response)
+        if not verdict.valid:
+            log.info("still an invalid real answer for %s: %s", self._loggable(call.request), verdict.reason)
+            return simulated
+        self._refreshed.pop(call.key, None)
+        meta = {**meta, "replaced": "simulated"}
+        saved = self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
+        return self._answer(response, Source.UPSTREAM, call.key, meta, saved)
 
     def _decide(self, call: Call) -> Decision:
         if not self.faults:
@@ -239,7 +276,7 @@ class Engine:
             error = decision.upstream_error()
             status = 504 if error is not None and error.kind == "timeout" else 502
             response = error_object_response(str(error), status=status).with_header("X-Stb-Fault", decision.rule)
-        return self._answer(response, Source.INJECTED, call.key)
+        return self._answer(response, Source.INJECTED, call.key, {"fault": decision.rule})
 
     def _replay_miss(self, call: Call) -> Answer:
         request, key = call.request, call.key
@@ -250,6 +287,11 @@ class Engine:
             "key": key,
             "closest": None,
         }
+        # A store may know better (a cassette whose recorded answers were all played).
+        note = self.store.miss_note(key) if hasattr(self.store, "miss_note") else None
+        if note:
+            explanation["error"] = f"stbproxy replay: {note}"
+            explanation["already_played"] = note
         closest = self.closest(call)
         if closest is not None:
             stored, differences = closest

@@ -1,15 +1,22 @@
-"""pytest plugin: replay a cassette through a real stbproxy for the length of a test.
+"""pytest plugin: replay a cassette for the length of a test, through a real stbproxy or
+in-process.
 
     @pytest.mark.stb_cassette("weather_paris")          # cassettes/weather_paris.yaml
     def test_agent(stb_proxy):
         result = subprocess.run(["python", "agent.py"], env={**os.environ, **stb_proxy.env}, ...)
 
+    @pytest.mark.stb_cassette("weather_paris")
+    def test_tool(stb_replay):                          # no proxy: requests-mock, in this process
+        assert my_tool.forecast("Paris")["days"]
+
 ``stb_proxy`` starts ``stbproxy serve --cassette FILE --ordered`` on a free loopback port
-and hands the test the environment for an agent (HTTP(S)_PROXY and the CA bundle). A
-request the cassette does not hold fails the test, naming the closest recorded request
-and how it differs. ``pytest --stb-record`` records the cassette again instead: the proxy
-runs in record mode (or virtual, with the simulator, per ``--stb-record-mode``) and the
-test's session is exported over the cassette when the test ends.
+and hands the test the environment for an agent (HTTP(S)_PROXY and the CA bundle).
+``stb_replay`` answers this process's `requests` calls from the same cassette with the
+same engine, in milliseconds. Either way a request the cassette does not hold fails the
+test (not its teardown), naming the closest recorded request and how it differs.
+``pytest --stb-record`` records stb_proxy cassettes again instead: the proxy runs in
+record mode (or virtual, with the simulator, per ``--stb-record-mode``) and the test's
+session is exported over the cassette when the test ends.
 Registered through the ``pytest11`` entry point, so installing stbproxy enables it.
 """
 
@@ -23,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
+from stbproxy.cassette_store import describe_miss
 from stbproxy.serve_process import ServeProcess
 from stbproxy.sessions import safe_session_name
+
 
 @dataclass
 class StbProxy:
@@ -35,6 +44,16 @@ class StbProxy:
     cassette: Path
     recording: bool
     process: ServeProcess = field(repr=False)
+    report: Path | None = field(default=None, repr=False)
+    checked: bool = field(default=False, repr=False)
+
+    def finish(self) -> str:
+        """Stop the proxy and say which requests the cassette did not answer ("" if none)."""
+        if self.checked or self.recording:
+            return ""
+        self.checked = True
+        self.process.stop()
+        return _unanswered_requests(self.report)
 
 
 def pytest_addoption(parser) -> None:
@@ -51,6 +70,33 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "stb_cassette(name): replay <stb_cassette_dir>/<name>.yaml through stbproxy")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Requests the cassette did not answer fail the test itself, in its call phase."""
+    try:
+        result = yield
+    except BaseException:
+        problems = _finish(item)
+        if problems:  # the test failed on its own; say what the cassette could not answer
+            item.add_report_section("call", "stbproxy", problems)
+        raise
+    problems = _finish(item)
+    if problems:
+        pytest.fail(problems, pytrace=False)
+    return result
+
+
+def _finish(item) -> str:
+    found = []
+    proxy = item.funcargs.get("stb_proxy")
+    if isinstance(proxy, StbProxy):
+        found.append(proxy.finish())
+    player = item.funcargs.get("stb_replay")
+    if player is not None and hasattr(player, "explain"):
+        found.append(player.explain())
+    return "\n".join(text for text in found if text)
+
+
 def cassette_path(config, name: str) -> Path:
     folder = Path(config.rootpath) / config.getini("stb_cassette_dir")
     for suffix in (".yaml", ".yml", ".json"):
@@ -59,11 +105,28 @@ def cassette_path(config, name: str) -> Path:
     return folder / f"{name}.yaml"
 
 
-@pytest.fixture
-def stb_proxy(request, tmp_path_factory):
+def _cassette_for(request) -> tuple[str, Path]:
     marker = request.node.get_closest_marker("stb_cassette")
     name = marker.args[0] if marker and marker.args else safe_session_name(request.node.name)
-    cassette = cassette_path(request.config, name)
+    return name, cassette_path(request.config, name)
+
+
+@pytest.fixture
+def stb_replay(request):
+    """The test's cassette played in-process through requests-mock (no proxy process)."""
+    from stbproxy.inprocess import replay
+
+    _name, cassette = _cassette_for(request)
+    if not cassette.exists():
+        pytest.fail(f"no cassette {cassette}: record it through stbproxy (the stb_proxy fixture with "
+                    "`pytest --stb-record`, or `stbproxy serve --mode record` and `stbproxy export`)", pytrace=False)
+    with replay(cassette) as player:
+        yield player
+
+
+@pytest.fixture
+def stb_proxy(request, tmp_path_factory):
+    name, cassette = _cassette_for(request)
     recording = request.config.getoption("--stb-record")
     work = tmp_path_factory.mktemp("stbproxy")
     store, report = work / "store", work / "report.json"
@@ -75,11 +138,12 @@ def stb_proxy(request, tmp_path_factory):
     else:
         args = ["--cassette", str(cassette), "--ordered", "--report", str(report)]
     with ServeProcess(store, *args) as process:
-        yield StbProxy(process.url, process.client_env(), cassette, recording, process)
+        proxy = StbProxy(process.url, process.client_env(), cassette, recording, process, report)
+        yield proxy
     if recording:
         _export(store, safe_session_name(name), cassette)
         return
-    problems = _unrecorded_requests(report)
+    problems = proxy.finish()  # the call phase has checked already, unless it never ran
     if problems:
         pytest.fail(problems, pytrace=False)
 
@@ -92,19 +156,9 @@ def _export(store: Path, session: str, cassette: Path) -> None:
         pytest.fail(f"could not export the recorded session to {cassette}:\n{result.stderr}", pytrace=False)
 
 
-def _unrecorded_requests(report: Path) -> str:
-    """A failure message for requests the cassette did not hold, with the closest one."""
+def _unanswered_requests(report: Path) -> str:
+    """A failure message for requests the cassette did not answer, with the closest one."""
     if not report.exists():
         return f"stbproxy wrote no playback report ({report}): the proxy did not stop cleanly"
     unmatched = json.loads(report.read_text())["unmatched"]
-    lines = []
-    for miss in unmatched:
-        request = miss["request"]
-        lines.append(f"not in the cassette: {request['method']} {request['url']}")
-        closest = miss.get("closest")
-        if closest:
-            lines.append(f"  closest recorded: {closest['method']} {closest['url']}")
-            lines.extend(f"    {d['part']}: recorded {d['stored']!r}, got {d['got']!r}" for d in closest["differences"])
-        else:
-            lines.append("  the cassette holds nothing close")
-    return "\n".join(lines)
+    return "\n".join(line for miss in unmatched for line in describe_miss(miss))

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from stbproxy import simulator
-from stbproxy.cassette_store import CassetteStore
+from stbproxy.cassette_store import CassetteStore, describe_miss
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
@@ -92,6 +92,8 @@ class Runtime:
         parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}"]
         if s.mode is Mode.VIRTUAL:
             parts.append(f"simulator {self.simulator_description}")
+        if s.refresh_simulated:
+            parts.append("asking real APIs again for simulated answers")
         if s.faults:
             parts.append(f"FAULTS ON: {'; '.join(s.faults)} (seed {s.fault_seed})")
         return parts
@@ -115,7 +117,7 @@ class Runtime:
         for item in report.unplayed[:20]:
             log.warning("  never played: #%s %s %s", item["index"], item["method"], item["url"])
         for miss in report.unmatched[:20]:
-            log.warning("  not in the cassette: %s %s", miss["request"]["method"], miss["request"]["url"])
+            log.warning("  %s", describe_miss(miss)[0])
         if self.settings.report is not None:
             cassette.write_report(self.settings.report)
 

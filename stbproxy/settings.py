@@ -31,6 +31,7 @@ class Settings:
     upstream_insecure: bool = False
     upstream_proxy: str | None = None
     validity: str = AUTO  # stb for StableToolBench traffic, strict for other HTTP
+    refresh_simulated: bool = False  # virtual mode: ask the real API again for stored simulated answers
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
     catalog: Path | None = None  # None: catalog.json beside the store, when it exists
@@ -64,6 +65,9 @@ class Settings:
         if self.cassette is not None and self.mode is not Mode.REPLAY:
             raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}",
                               setting="cassette")
+        if self.refresh_simulated and self.mode is not Mode.VIRTUAL:
+            raise ConfigError(f"refreshing simulated answers needs mode virtual (mode {self.mode.value} never "
+                              "simulates)", setting="refresh_simulated")
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
                               setting="session")
@@ -84,6 +88,7 @@ class Settings:
             rules=self.key_rules(),
             max_body_bytes=self.max_body_bytes,
             validity=self.validity,
+            refresh_simulated=self.refresh_simulated,
         )
 
     def upstream_config(self) -> UpstreamConfig:

@@ -224,6 +224,14 @@ class Store:
         self._writable()
         self._call(self._db.delete, key.encode())
 
+    def delete_many(self, keys: list[str]) -> None:
+        """Delete several entries atomically: all or none (``stbproxy forget``)."""
+        self._writable()
+        batch = WriteBatch(raw_mode=True)
+        for key in keys:
+            batch.delete(key.encode())
+        self._call(self._db.write, batch)
+
     def keys(self, prefix: str) -> Iterator[str]:
         for raw_key, _ in self._items(prefix, values=False):
             yield raw_key.decode()

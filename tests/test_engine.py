@@ -280,3 +280,87 @@ def test_scoped_fault_spares_other_hosts(store, upstream):
     answer = engine_run(store, scenario, mode=Mode.RECORD,
                         extra={"faults": FaultPlan.from_specs(["status=503,host=*.rapidapi.com"])})
     assert answer.source is Source.UPSTREAM and answer.response.status == 200
+
+
+# -- validity by kind of traffic ------------------------------------------------------------------
+from stbproxy.catalog import ApiDoc, Catalog, Param  # noqa: E402
+
+
+def echo_catalog(base: str) -> Catalog:
+    return Catalog([ApiDoc(category="Search", tool="Shop", api="Search products", url=f"{base}/echo/{{item}}",
+                           method="GET", required_parameters=(Param("item", "STRING"),))])
+
+
+def test_plain_http_answers_are_judged_by_status_so_a_200_mentioning_500_is_kept(store, upstream):
+    simulator = CountingSimulator()
+
+    async def scenario(engine):
+        return await engine.handle(Request("GET", upstream.url("/echo?q=cost+500+usd+parameter")))
+
+    answer = engine_run(store, scenario, extra={"simulator": simulator})
+    assert answer.source is Source.UPSTREAM and simulator.calls == 0
+    assert store.get(answer.key).source is Source.UPSTREAM
+
+
+def test_catalog_routed_calls_keep_stabletoolbench_rules_by_default(store, upstream):
+    simulator = CountingSimulator()
+
+    async def scenario(engine):
+        return await engine.handle(Request("GET", upstream.url("/echo/shoes?q=cost+500+usd")))
+
+    answer = engine_run(store, scenario, extra={"simulator": simulator, "catalog": echo_catalog(upstream.base)})
+    assert answer.key.startswith("api/") and answer.source is Source.SIMULATED and simulator.calls == 1
+
+
+@pytest.mark.parametrize("policy,source", [("stb", Source.SIMULATED), ("strict", Source.UPSTREAM)])
+def test_a_validity_setting_forces_one_policy_for_all_traffic(store, upstream, policy, source):
+    async def scenario(engine):
+        return await engine.handle(Request("GET", upstream.url("/echo?q=cost+500+usd")))
+
+    assert engine_run(store, scenario, validity=policy, extra={"simulator": CountingSimulator()}).source is source
+
+
+# -- simulated answers do not hide real ones for good -------------------------------------------------
+def test_refresh_simulated_replaces_a_simulated_answer_once_the_api_is_back(store, upstream):
+    url = upstream.url("/echo?r=back")
+
+    async def outage(engine):
+        return await engine.handle(Request("GET", url))
+
+    # The API "is down": the call is faulted, so the simulator answers and it is stored.
+    down = engine_run(store, outage, extra={"simulator": CountingSimulator(), "faults": FaultPlan.from_specs(["down=1"])})
+    assert down.source is Source.SIMULATED and store.get(down.key).meta["fault"] == "down=1"
+    # Without --refresh-simulated the simulated answer is served for good.
+    assert engine_run(store, outage).source is Source.CACHE and upstream.hits["/echo"] == 0
+    back = engine_run(store, outage, refresh_simulated=True)
+    assert back.source is Source.UPSTREAM and upstream.hits["/echo"] == 1
+    stored = store.get(down.key)
+    assert stored.source is Source.UPSTREAM and stored.meta["replaced"] == "simulated"
+    assert engine_run(store, outage, refresh_simulated=True).source is Source.CACHE and upstream.hits["/echo"] == 1
+
+
+def test_refresh_simulated_keeps_the_simulated_answer_when_the_real_one_is_invalid(store, upstream):
+    url = upstream.url("/status/503")
+
+    async def call(engine):
+        return await engine.handle(Request("GET", url))
+
+    first = engine_run(store, call, extra={"simulator": CountingSimulator()})
+    assert first.source is Source.SIMULATED and upstream.hits["/status/503"] == 1
+
+    async def twice(engine):
+        return [await engine.handle(Request("GET", url)) for _ in range(2)]
+
+    answers = engine_run(store, twice, refresh_simulated=True)
+    # Asked again once (the second hit falls within the retry interval), still invalid: kept.
+    assert [a.source for a in answers] == [Source.CACHE, Source.CACHE] and upstream.hits["/status/503"] == 2
+    assert store.get(first.key).source is Source.SIMULATED
+
+
+def test_injected_failures_are_marked_with_their_rule(store, upstream):
+    async def scenario(engine):
+        return await engine.handle(Request("GET", upstream.url("/echo?m=1")), "run")
+
+    answer = engine_run(store, scenario, mode=Mode.RECORD, extra={"faults": FaultPlan.from_specs(["status=503"])})
+    logged = [ex for ex in store.scan("log/injected/")]
+    assert answer.source is Source.INJECTED and [ex.meta.get("fault") for ex in logged] == ["status=503"]

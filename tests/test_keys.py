@@ -66,8 +66,9 @@ DIFFERENT = [
     ("repeated names keep order", get("http://h/p?a=1&a=2"), get("http://h/p?a=2&a=1"), "query:a"),
     ("key is not secret by default", get("http://h/p?key=1"), get("http://h/p?key=2"), "query:key"),
     ("token is not secret by default", get("http://h/p?token=1"), get("http://h/p?token=2"), "query:token"),
-    ("json value", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":2}', "POST"), "body"),
-    ("json int vs string", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":"1"}', "POST"), "body"),
+    ("json value", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":2}', "POST"), "json:a"),
+    ("json int vs string", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":"1"}', "POST"), "json:a"),
+    ("form value", get("http://h/p", FORM, b"a=1", "POST"), get("http://h/p", FORM, b"a=2", "POST"), "form:a"),
     ("raw bytes", get("http://h/p", body=b"\x00\x01", method="POST"), get("http://h/p", body=b"\x00\x02", method="POST"), "body"),
     ("body vs none", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", method="POST"), "body"),
 ]
@@ -117,6 +118,16 @@ def test_malformed_urls_still_get_a_stable_key(url):
 ])
 def test_normalize_path(raw, normal):
     assert normalize_path(raw) == normal
+
+
+def test_a_json_body_miss_names_the_fields_that_differ_not_the_whole_body():
+    stored = canonical(get("http://h/p", JSON, json.dumps({"city": "Paris", "units": "metric", "api_key": "sk-1",
+                                                          "filters": {"max": 3, "tags": ["a", "b"]}}).encode(), "POST"))
+    incoming = canonical(get("http://h/p", JSON, json.dumps({"city": "Rome", "units": "metric", "api_key": "sk-2",
+                                                            "filters": {"tags": ["a", "c"]}, "page": 2}).encode(), "POST"))
+    found = {d.part: (d.expected, d.actual) for d in diff(stored, incoming)}
+    assert found == {"json:city": ("Paris", "Rome"), "json:filters.max": ("3", "<absent>"),
+                     "json:filters.tags[1]": ("b", "c"), "json:page": ("<absent>", "2")}
 
 
 def test_diff_lists_query_names_added_and_removed():

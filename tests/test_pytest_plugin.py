@@ -27,6 +27,27 @@ def test_unrecorded_call(stb_proxy):
 @pytest.mark.stb_cassette("no_such_cassette")
 def test_missing_cassette(stb_proxy):
     pass
+
+SEARCH = "http://127.0.0.1:18765/v1/cities/search"
+
+@pytest.mark.stb_cassette("weather_oslo")
+def test_in_process_replay_answers_recorded_calls(stb_replay):
+    import requests
+    found = requests.post(SEARCH, json={"limit": 3, "prefix": "os"}, headers={"X-RapidAPI-Key": "mine"})
+    days = requests.get("http://127.0.0.1:18765/v1/forecast", params={"city": "Oslo", "days": 1})
+    assert found.json() == {"results": ["Oslo"]} and found.headers["X-Stb-Source"] == "cache"
+    assert days.status_code == 200 and days.json()["city"] == "Oslo"
+
+@pytest.mark.stb_cassette("weather_oslo")
+def test_in_process_json_field_miss(stb_replay):
+    import requests
+    assert requests.post(SEARCH, json={"prefix": "oslo", "limit": 3}).status_code == 404
+
+@pytest.mark.stb_cassette("weather_oslo")
+def test_in_process_already_played(stb_replay):
+    import requests
+    for _ in range(2):
+        requests.post(SEARCH, json={"prefix": "os", "limit": 3})
 '''
 
 
@@ -40,5 +61,8 @@ def test_unrecorded_request_fails_the_test_with_the_closest_and_its_diff(pyteste
     assert "closest recorded: GET http://127.0.0.1:18765/v1/forecast?city=Oslo&days=1" in output
     assert "query:days: recorded '1', got '2'" in output
     assert "no cassette" in output and "--stb-record" in output
-    # the first test body passes and its fixture then fails it; the second fails in setup
-    result.assert_outcomes(passed=1, errors=2)
+    assert "json:prefix: recorded 'os', got 'oslo'" in output
+    assert "already played (1 of 1): this is request 2 of its kind" in output
+    # Misses fail the tests themselves (never their teardown); a missing cassette fails the setup.
+    result.assert_outcomes(passed=1, failed=3, errors=1)
+    assert "error at teardown" not in output.lower()

@@ -1,7 +1,7 @@
 """The ``stbproxy`` command (the cli package is the only importer of click).
 
 The click group lives here; its commands live in modules by theme: serving.py (serve,
-env), store_care.py (stats, sessions), transfer.py (export, import); common.py holds
+env), store_care.py (stats, sessions, forget), transfer.py (export, import); common.py holds
 what they share. Every option can also be set from the environment:
 ``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
 the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
@@ -14,7 +14,7 @@ import click
 from stbproxy import __version__
 from stbproxy.cli.common import OneLineErrors, expose_envvars
 from stbproxy.cli.serving import env, serve
-from stbproxy.cli.store_care import sessions, stats
+from stbproxy.cli.store_care import forget, sessions, stats
 from stbproxy.cli.transfer import export, import_group
 from stbeval.cli import eval_group  # stbeval never imports the proxy side
 
@@ -31,7 +31,7 @@ def main() -> None:
 
 
 
-for command in (serve, env, stats, sessions, export, import_group):
+for command in (serve, env, stats, sessions, forget, export, import_group):
     main.add_command(command)
 main.add_command(eval_group, name="eval")
 expose_envvars(main, "STBPROXY")

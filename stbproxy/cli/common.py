@@ -64,6 +64,17 @@ def resolve_confdir(confdir: Path | None) -> Path:
     return (confdir or user_confdir()).expanduser().absolute()
 
 
+def known_session(db, raw: str) -> str:
+    from stbproxy.sessions import safe_session_name
+
+    known = db.session_names()
+    for name in (raw, safe_session_name(raw)):
+        if name in known:
+            return name
+    listed = ", ".join(known[:30]) + (f" and {len(known) - 30} more" if len(known) > 30 else "")
+    fail(f"no session {raw!r} in {db.path}; known sessions: {listed or 'none yet'}")
+
+
 class CommandError(click.ClickException):
     """A failure, shown as one line in the one style of every stbproxy command."""
 

@@ -58,6 +58,10 @@ from stbproxy.models import Mode
               help="Which real answers are valid. auto: StableToolBench's rules (check_result, substring "
                    "tests) for /virtual calls and calls the catalog routes to an API, the status-based strict "
                    "rule for any other HTTP; stb or strict: that policy for all traffic.")
+@click.option("--refresh-simulated", is_flag=True,
+              help="Virtual mode: when a stored answer was simulated (the API was down or invalid), ask the "
+                   "real API again (at most once a minute per answer); a valid real answer replaces the "
+                   "simulated one, anything else leaves it.")
 @click.option("--faults", "faults", multiple=True, metavar="SPEC",
               help="Inject failures, e.g. down=0.2, status=503,p=0.1,tool=weather*, timeout,api=*search*, "
                    "latency=lognormal:200ms:0.5. Repeatable.")
@@ -84,7 +88,7 @@ from stbproxy.models import Mode
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
-          ordered, report, validity,
+          ordered, report, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, verbose):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
@@ -126,6 +130,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_ordered": ordered,
         "stb_report": str(report) if report else None,
         "stb_validity": validity,
+        "stb_refresh_simulated": refresh_simulated,
         "stb_faults": list(faults),
         "stb_fault_seed": fault_seed,
         "stb_catalog": str(catalog) if catalog else None,

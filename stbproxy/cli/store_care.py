@@ -1,13 +1,24 @@
-"""Looking after a store: ``stbproxy stats`` and ``stbproxy sessions``."""
+"""Looking after a store: ``stbproxy stats``, ``stbproxy sessions`` and ``stbproxy forget``."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
-from stbproxy.cli.common import fail, store_option
+from stbproxy.cli.common import fail, known_session, store_option
 from stbproxy.errors import StbError
+
+# What the logged records (log/<kind>/...) are; none of them is ever served as an answer.
+LOGGED_KINDS = {
+    "passthrough": "passed through (not served from the store)",
+    "invalid": "invalid real answers (kept for the record)",
+    "simulated-error": "failed simulations",
+    "injected": "injected faults",
+    "miss": "replay misses",
+    "upstream": "record-mode answers kept for their session",
+}
 
 
 @click.command()
@@ -16,7 +27,8 @@ from stbproxy.errors import StbError
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Hosts to list.")
 @click.option("--errors", is_flag=True,
               help="The failure taxonomy of real API answers (success, not available and its kinds, "
-                   "not authorised), as counts and shares.")
+                   "not authorised), as counts and shares; failures injected with --faults are counted "
+                   "apart, by rule.")
 def stats(store, as_json, top, errors):
     """Entries by source and by host, simulator use, and the store's size.
 
@@ -26,11 +38,11 @@ def stats(store, as_json, top, errors):
 
     try:
         with Store(store, readonly=True) as db:
-            result = db.stats(meta_fields=("failure",), sum_fields=("prompt_tokens", "completion_tokens"))
+            result = db.stats(meta_fields=("failure", "fault"), sum_fields=("prompt_tokens", "completion_tokens"))
     except StbError as exc:
         fail(str(exc))
     if errors:
-        _print_taxonomy(result.meta["failure"], as_json)
+        _print_taxonomy(result.meta["failure"], result.meta["fault"], as_json)
         return
     if as_json:
         click.echo(json.dumps({"store": str(store), **result.to_dict()}, indent=2))
@@ -41,26 +53,37 @@ def stats(store, as_json, top, errors):
         click.echo(f"damaged records: {result.damaged}")
     _print_table("source", result.by_source.most_common(), result.entries)
     _print_table("host", result.by_host.most_common(top), result.entries)
-    _print_table("logged (never served)", result.logged.most_common(), sum(result.logged.values()))
+    logged = [(f"{kind}: {LOGGED_KINDS[kind]}" if kind in LOGGED_KINDS else kind, n)
+              for kind, n in result.logged.most_common()]
+    _print_table("logged (never served)", logged, sum(result.logged.values()))
     simulated = result.by_source.get("simulated", 0)
     failed = result.logged.get("simulated-error", 0)
     if simulated or failed:
         click.echo(f"\nsimulator: {simulated} answers stored, {failed} failed (not stored), "
                    f"{result.sums['prompt_tokens']} prompt + {result.sums['completion_tokens']} completion tokens")
+    faulted = sum(result.meta["fault"].values())
+    if faulted:
+        click.echo(f"injected faults: {faulted} records made for --faults rules "
+                   "('stbproxy forget --faulted' removes the simulated ones)")
 
 
-def _print_taxonomy(counts, as_json: bool) -> None:
+def _print_taxonomy(counts, faults, as_json: bool) -> None:
+    """Real answers by failure kind; failures injected on purpose apart, by rule."""
     from stbproxy.validity import taxonomy_table
 
     rows = taxonomy_table(counts)
+    injected = {"total": sum(faults.values()), "by_rule": dict(faults.most_common())}
     if as_json:
-        click.echo(json.dumps([{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share}
-                               for r in rows], indent=2))
+        real = [{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share} for r in rows]
+        click.echo(json.dumps({"real": real, "injected": injected}, indent=2))
         return
     click.echo(f"{'kind':<22} {'count':>8} {'share':>7}")
     for row in rows:
         kind = str(getattr(row.kind, "value", row.kind))
         click.echo(f"{kind:<22} {row.count:>8} {100 * row.share:>6.1f}%")
+    click.echo(f"\ninjected (--faults, not real failures, not counted above): {injected['total']}")
+    for rule, n in injected["by_rule"].items():
+        click.echo(f"  {rule:<38} {n:>8}")
 
 
 def _print_table(title: str, rows, total: int) -> None:
@@ -118,3 +141,94 @@ def _session_summary(name: str, records) -> dict:
     served = sum(n for source, n in by_source.items() if source != "passthrough")
     return {"name": name, "calls": sum(by_source.values()), "by_source": dict(by_source),
             "hit_rate": by_source.get("cache", 0) / served if served else None, "first": first, "last": last}
+
+
+# -- forget ---------------------------------------------------------------------------------
+
+FEW = 10  # forgetting more entries than this asks first (unless --yes)
+FORGETTABLE_SOURCES = ("upstream", "simulated", "imported")
+
+
+@click.command()
+@store_option
+@click.option("--source", "sources", multiple=True, type=click.Choice(FORGETTABLE_SOURCES),
+              help="Forget entries with this source (repeatable).")
+@click.option("--faulted", is_flag=True,
+              help="Forget only answers simulated because --faults injected a failure: exactly what a "
+                   "fault experiment added.")
+@click.option("--host", "hosts", multiple=True, metavar="GLOB", help="Forget entries of this host (repeatable).")
+@click.option("--api", "apis", multiple=True, metavar="PREFIX",
+              help="Forget entries of catalog APIs under Category[/tool[/api]] (a prefix, or a glob such as "
+                   "'*/weather_for_data/*'; repeatable).")
+@click.option("--session", default=None, metavar="NAME", help="Forget the entries this session's log points at.")
+@click.option("--key", "keys", multiple=True, metavar="PREFIX",
+              help="Forget entries whose store key starts with PREFIX (or matches it as a glob; repeatable).")
+@click.option("--older-than", default=None, metavar="AGE", help="Forget entries stored more than AGE ago (30m, 12h, 7d).")
+@click.option("--newer-than", default=None, metavar="AGE", help="Forget entries stored less than AGE ago (30m, 12h, 7d).")
+@click.option("--dry-run", is_flag=True, help="List what would be forgotten, and forget nothing.")
+@click.option("-y", "--yes", is_flag=True, help=f"Do not ask before forgetting more than {FEW} entries.")
+def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newer_than, dry_run, yes):
+    """Remove stored answers, so that the next request asks the real API again.
+
+    Every option given must hold; repeating one means either value. Typical: the API was
+    down, answers were simulated, it is back:
+
+    \b
+      stbproxy forget --source simulated --dry-run      # what would go
+      stbproxy forget --source simulated --host api.example.com
+      stbproxy forget --faulted                         # what a --faults run added
+      stbproxy forget --api Finance/stock_quotes --older-than 30d
+
+    The store must not be in use by a running proxy (stop it first, or use
+    'stbproxy serve --refresh-simulated' to replace simulated answers while serving).
+    Session logs and logged records are kept; an export skips answers that are gone.
+    """
+    from stbproxy.forgetting import Selection, parse_age
+    from stbproxy.store import Store
+
+    if not (store / "CURRENT").exists():
+        fail(f"no store at {store} (pass --store, or set STBPROXY_STORE)")
+    try:
+        older = parse_age(older_than) if older_than else None
+        newer = parse_age(newer_than) if newer_than else None
+        with Store(store, readonly=dry_run) as db:
+            session_keys = None
+            if session is not None:
+                name = known_session(db, session)
+                session_keys = frozenset(r.get("key") or "" for r in db.session_records(name))
+            selection = Selection(tuple(sources), tuple(hosts), tuple(apis), tuple(keys), faulted, older, newer,
+                                  session_keys)
+            if selection.is_empty():
+                fail("say what to forget: --source, --faulted, --host, --api, --session, --key, --older-than "
+                     "or --newer-than (see 'stbproxy forget --help')")
+            now = time.time()
+            chosen = [ex for ex in db.entries() if selection.matches(ex, now)]
+            if dry_run:
+                _list_forgotten(chosen, "would forget")
+                click.echo(f"{len(chosen)} entries would be forgotten from {store} (dry run: nothing changed)")
+                return
+            if not chosen:
+                click.echo(f"nothing to forget in {store}")
+                return
+            if len(chosen) > FEW and not yes:
+                _list_forgotten(chosen, "forget", limit=FEW)
+                if not click.confirm(f"forget {len(chosen)} entries from {store}?", default=False, err=True):
+                    fail("nothing forgotten", 1)
+            db.delete_many([ex.key for ex in chosen])
+    except StbError as exc:
+        fail(str(exc))
+    by_source: dict[str, int] = {}
+    for ex in chosen:
+        by_source[ex.source.value] = by_source.get(ex.source.value, 0) + 1
+    counts = ", ".join(f"{n} {source}" for source, n in sorted(by_source.items()))
+    click.echo(f"forgot {len(chosen)} entries from {store} ({counts})")
+
+
+def _list_forgotten(chosen, verb: str, limit: int = 50) -> None:
+    for ex in chosen[:limit]:
+        what = str(ex.api) if ex.api is not None else f"{ex.request.method} {ex.request.url}"
+        stored = time.strftime("%Y-%m-%d %H:%M", time.localtime(ex.stored_at))
+        mark = f", fault {ex.meta['fault']}" if ex.meta.get("fault") else ""
+        click.echo(f"  {verb}: {ex.source.value} {what} (stored {stored}{mark})", err=True)
+    if len(chosen) > limit:
+        click.echo(f"  ... and {len(chosen) - limit} more", err=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from stbproxy.cli.common import fail, store_option
+from stbproxy.cli.common import fail, known_session, store_option
 from stbproxy.errors import StbError
 
 
@@ -38,6 +38,7 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
       stbproxy export --all 'Data/*' -o data-apis.yaml  # category/tool/api of catalog APIs
     """
     from stbproxy import cassettes
+    from stbproxy.cassette_store import session_exchanges
     from stbproxy.sessions import safe_session_name
     from stbproxy.store import Store
 
@@ -47,9 +48,9 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
     try:
         with Store(store, readonly=True) as db:
             if session is not None:
-                name = _known_session(db, session)
+                name = known_session(db, session)
                 output = output or Path(f"{safe_session_name(name)}.{cassettes.format_for('', fmt)}")
-                exchanges = _session_exchanges(db, name, skipped)
+                exchanges = session_exchanges(db, name, skipped)
             else:
                 output = output or Path(f"export.{cassettes.format_for('', fmt)}")
                 exchanges = [ex for ex in db.entries() if _matches(ex, pattern)]
@@ -66,36 +67,6 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
     left_out = f", {total - written} simulated left out" if exclude_simulated else ""
     click.echo(f"wrote {written} interactions to {output}{left_out}"
                + (f", {len(skipped)} skipped" if skipped else ""))
-
-
-def _known_session(db, raw: str) -> str:
-    from stbproxy.sessions import safe_session_name
-
-    known = db.session_names()
-    for name in (raw, safe_session_name(raw)):
-        if name in known:
-            return name
-    listed = ", ".join(known[:30]) + (f" and {len(known) - 30} more" if len(known) > 30 else "")
-    fail(f"no session {raw!r} in {db.path}; known sessions: {listed or 'none yet'}")
-
-
-def _session_exchanges(db, name: str, skipped: list[str]) -> list:
-    """The stored exchanges a session's log points at, in its order; a record whose
-    answer is gone (or damaged) is noted in ``skipped`` and left out."""
-    out = []
-    for record in db.session_records(name):
-        key = record.get("key") or ""
-        try:
-            exchange = db.get(key) if key else None
-        except StbError as exc:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
-            continue
-        if exchange is None:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
-                           f"its answer is not stored ({key or 'never kept'})")
-            continue
-        out.append(exchange)
-    return out
 
 
 def _matches(exchange, pattern: str) -> bool:
