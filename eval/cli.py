@@ -40,7 +40,8 @@ class _Bar(Progress):
         self._lock = threading.Lock()
 
     def start(self, total: int) -> None:
-        if self.enabled and total > 0 and self._bar is None:
+        # Only on a terminal: elsewhere a bar is one stray line among the results.
+        if self.enabled and total > 0 and self._bar is None and sys.stderr.isatty():
             self._bar = click.progressbar(length=total, label=self.label, file=sys.stderr,
                                           show_eta=True, show_pos=True)
             self._bar.__enter__()
@@ -113,7 +114,8 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except JudgeFatalError as exc:
-            raise click.ClickException(f"{exc}. Judgments made so far are kept; fix the endpoint and run again.")
+            raise click.ClickException(f"{str(exc).rstrip('.')}; no score written (judgments made so far are kept "
+                                       "in the run's log: fix the judge and run the same command again)")
         except EvalError as exc:
             raise click.ClickException(str(exc))
         except KeyboardInterrupt:
@@ -162,14 +164,18 @@ def _run(out: Path, opts: dict[str, Any], model: str, label: str, body: Callable
     judge = _make_judge(out, opts, model)
     bar = _Bar(label, opts["progress"])
     warnings = _Warnings()
+    finished = False
     try:
-        return body(judge, bar, warnings)
+        result = body(judge, bar, warnings)
+        finished = True
+        return result
     finally:
         bar.close()
-        warnings.flush()
         judge.log.close()
         judge.close()
-        _echo_stats(judge)
+        if finished:  # a run that failed ends with its one error line, nothing that reads as a result
+            warnings.flush()
+            _echo_stats(judge)
 
 
 PASS_RATE_EXAMPLE = """\b
@@ -253,8 +259,10 @@ def pass_rate_cmd(answers: Path, ids: Path, out: Path, rounds: int, missing: str
 @click.option("--missing", type=click.Choice(MISSING_POLICIES), default="unsolved", show_default=True,
               help="A side without a usable answer loses the query, or the query is skipped.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for answer order and conversion.")
-@click.option("--candidate-name", default=None, help="[default: from --candidate]")
-@click.option("--reference-name", default=None, help="[default: from --reference]")
+@click.option("--candidate-name", default=None,
+              help="The candidate's name in tables [default: its answers' folder or file name].")
+@click.option("--reference-name", default=None,
+              help="The reference's name in tables [default: its answers' folder or file name].")
 @_judge_options()
 @_handle_errors
 def win_rate_cmd(candidate: Path, reference: Path, ids: Path, out: Path, rounds: int, missing: str, seed: int,

@@ -18,4 +18,5 @@ class TemplateError(InputError):
 
 
 class JudgeFatalError(EvalError):
-    """The judge endpoint refuses every call (bad key, unknown model): stop the run."""
+    """The judge cannot judge: none is configured, its endpoint is unreachable, or it
+    refuses every call (bad key, unknown model). The run stops; no score is written."""

@@ -5,8 +5,12 @@ run served wholly from the log neither loads it nor needs a key. Each judgment i
 one user prompt and a forced call of the judge function; its label is read from the
 call's arguments (or, for servers that ignore forcing, from a JSON object in the text).
 A reply without a valid label is asked again, then recorded as *unscored*: it is never
-turned into a label. Every call lands in the :class:`~stbeval.judgelog.JudgeLog`, and a
-judgment already in the log is returned without calling anyone.
+turned into a label, and neither is a call that failed alone (a timeout, an HTTP error).
+A judge that cannot judge at all (none configured, its endpoint unreachable after the
+client's retries, every call refused) stops the run with JudgeFatalError naming the
+endpoint: a run that could not judge has no score. Every call lands in the
+:class:`~stbeval.judgelog.JudgeLog`, and a judgment already in the log is returned
+without calling anyone.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .judgelog import JudgeLog
 from .prompts import CHECK_ANSWER, CHECK_TASK, FUNCTIONS, PARSE_ANSWER, SELECT_BETTER, Prompts, schema
 
 DEFAULT_MODEL = "gpt-4-turbo"
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -167,19 +172,33 @@ class Judge:
             response = self.client.chat.completions.with_raw_response.create(**kwargs)
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
             # Every later call would fail the same way: stop instead of logging N errors.
-            raise JudgeFatalError(f"judge endpoint refused the call: {_describe(exc)}") from exc
-        except openai.OpenAIError as exc:  # timeouts, connection errors, other statuses
+            raise JudgeFatalError(f"the judge at {self.endpoint} refused the call: {_describe(exc)}") from exc
+        except openai.APITimeoutError as exc:  # one slow call: unscored, the run goes on
+            raise _CallFailed(_describe(exc)) from exc
+        except openai.APIConnectionError as exc:  # nobody answers at all: no call can succeed
+            raise JudgeFatalError(f"the judge at {self.endpoint} cannot be reached: {_describe(exc)}") from exc
+        except openai.OpenAIError as exc:  # other statuses: this call failed, the run goes on
             raise _CallFailed(_describe(exc)) from exc
         return response.http_response.text
+
+    @property
+    def endpoint(self) -> str:
+        """The URL judge calls go to (named in every error about them)."""
+        return self.settings.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
 
     @property
     def client(self) -> Any:
         # Built on first use, so a run served wholly from the log needs no key or network.
         with self._client_lock:
             if self._client is None:
+                s = self.settings
+                configured = s.base_url or os.environ.get("OPENAI_BASE_URL") or s.api_key or os.environ.get("OPENAI_API_KEY")
+                if not configured:
+                    raise JudgeFatalError("no judge is configured: set OPENAI_BASE_URL and OPENAI_API_KEY (or "
+                                          "--base-url and --api-key) for an OpenAI-compatible endpoint "
+                                          f"(without them calls would go to {OPENAI_DEFAULT_URL} with no key)")
                 import openai
 
-                s = self.settings
                 self._client = openai.OpenAI(
                     base_url=s.base_url or os.environ.get("OPENAI_BASE_URL") or None,
                     api_key=s.api_key or os.environ.get("OPENAI_API_KEY") or "not-set",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .answers import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, parse_finish, step_name
+from .errors import InputError
 from .judge import Judge
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
 
@@ -113,9 +114,10 @@ def judge_answer(judge: Judge, answer: Answer, r: int) -> tuple[str | None, str]
 
 def collect(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, rounds: int,
             warn: Callable[[str], None], concurrency: int = DEFAULT_CONCURRENCY,
-            progress: Progress | None = None, progress_started: bool = False) -> dict[str, list[Outcome]]:
+            progress: Progress | None = None, progress_started: bool = False,
+            detail: Callable[[str], None] | None = None) -> dict[str, list[Outcome]]:
     """Every query's outcome per round, judging only where the rules leave it open."""
-    outcomes = plan(answers, ids, rounds=rounds, warn=warn)
+    outcomes = plan(answers, ids, rounds=rounds, warn=warn, detail=detail)
     todo = [o for group in outcomes.values() for o in group if o.judged]
     progress = progress or Progress()
     if not progress_started:
@@ -136,8 +138,10 @@ def collect(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, roun
 
 
 def plan(answers: AnswerSet, ids: dict[str, list[str]], *, rounds: int,
-         warn: Callable[[str], None]) -> dict[str, list[Outcome]]:
-    """Outcomes with the no-judge rules applied; ``judged`` marks those left to the judge."""
+         warn: Callable[[str], None], detail: Callable[[str], None] | None = None) -> dict[str, list[Outcome]]:
+    """Outcomes with the no-judge rules applied; ``judged`` marks those left to the judge.
+    Per-id notes (an id without an answer) go to ``detail`` when given, else to ``warn``."""
+    detail = detail or warn
     for message in answers.problems:
         warn(message)
     outcomes: dict[str, list[Outcome]] = {}
@@ -160,10 +164,10 @@ def plan(answers: AnswerSet, ids: dict[str, list[str]], *, rounds: int,
             item = pool.get(qid)
             if item is None:
                 rows.append(Outcome(group, qid, None, [None] * rounds, ["no answer"] * rounds, missing="no answer"))
-                warn(f"query {qid} ({group}): no answer")
+                detail(f"query {qid} ({group}): no answer")
             elif isinstance(item, Problem):
                 rows.append(Outcome(group, qid, None, [None] * rounds, [item.reason] * rounds, missing=item.reason))
-                warn(str(item) if item.where else f"query {qid} ({group}): {item.reason}")
+                detail(str(item) if item.where else f"query {qid} ({group}): {item.reason}")
             else:
                 reason = precheck(item)
                 if reason:
@@ -209,9 +213,32 @@ def pass_rate(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, me
     """SoPR of one method over the groups of ``ids``."""
     check_options(rounds, missing)
     notes = Notes(warn)
-    outcomes = collect(answers, ids, judge, rounds=rounds, warn=notes, concurrency=concurrency, progress=progress)
+    outcomes = collect(answers, ids, judge, rounds=rounds, warn=notes, concurrency=concurrency, progress=progress,
+                       detail=notes.record)
+    outcomes = answered_groups(outcomes, missing, notes)
     groups, average = score(outcomes, rounds=rounds, missing=missing)
     return PassRate(method, rounds, missing, groups, average, outcomes, notes.messages)
+
+
+def answered_groups(outcomes: dict[str, list[Outcome]], missing: str,
+                    warn: Callable[[str], None]) -> dict[str, list[Outcome]]:
+    """The groups that have at least one answer, with one line per group about the ids
+    that have none (the ids themselves are in the summary); a group without any answer
+    is not evaluated at all, rather than scored 0."""
+    kept: dict[str, list[Outcome]] = {}
+    for group, rows in outcomes.items():
+        absent = sum(1 for o in rows if o.missing)
+        if rows and absent == len(rows):
+            warn(f"{group}: none of its {len(rows)} ids has an answer; group not evaluated")
+            continue
+        if absent:
+            counted = "left out (--missing skip)" if missing == "skip" else "counted as Unsolved"
+            warn(f"{group}: {absent} of {len(rows)} ids have no usable answer, {counted}")
+        kept[group] = rows
+    if outcomes and not kept:
+        raise InputError(f"none of the ids of {', '.join(outcomes)} has an answer: nothing to evaluate "
+                         "(check --answers against --ids)")
+    return kept
 
 
 def check_options(rounds: int, missing: str) -> None:
@@ -231,3 +258,7 @@ class Notes:
     def __call__(self, message: str) -> None:
         self.messages.append(message)
         self.forward(message)
+
+    def record(self, message: str) -> None:
+        """Kept for the summary only, not passed on (per-id details)."""
+        self.messages.append(message)

@@ -46,7 +46,11 @@ class Duel:
 
     @property
     def result(self) -> str:
+        """win, loss or tie by the votes; "unscored" when every round's judgment failed,
+        which is never counted as a tie (or anything else)."""
         won, lost = self.votes
+        if not won and not lost and self.how and all(h == "unscored" for h in self.how):
+            return "unscored"
         return "win" if won > lost else "loss" if lost > won else "tie"
 
 

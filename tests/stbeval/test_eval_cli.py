@@ -158,7 +158,9 @@ def test_unknown_and_missing_ids_are_named(fake_openai, files, tmp_path):
     result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"),
                     "--method", "agent-v1.5")
     assert result.exit_code == 0
-    assert "warning: query 99 (G1_instruction): no answer" in result.stderr
+    assert "warning: G1_instruction: 1 of 2 ids have no usable answer, counted as Unsolved" in result.stderr
+    assert "query 99" not in result.stderr
+    assert "query 99 (G1_instruction): no answer" in json.loads((tmp_path / "o" / "summary.json").read_text())["problems"]
     assert "warning: query 2: answer for an id not in the ids of G1_instruction; ignored" in result.stderr
     assert ["agent-v1.5", "50.0±0.0", "50.0±0.0"] in table_rows(result.stdout)  # id 99 counts as Unsolved
     detail = json.loads((tmp_path / "o" / "details" / "G1_instruction_agent-v1.5.json").read_text())
@@ -170,7 +172,9 @@ def test_refusing_endpoint_stops_with_a_message(fake_openai, files, tmp_path):
     fake_openai.handler = lambda req: HttpError(401, "invalid api key")
     result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1
-    assert "judge endpoint refused the call" in result.stderr and "invalid api key" in result.stderr
+    assert "judge at http://127.0.0.1:" in result.stderr and "refused the call" in result.stderr
+    assert "invalid api key" in result.stderr and "no score written" in result.stderr
+    assert not (tmp_path / "o" / "summary.json").exists()
 
 
 def test_interrupted_run_resumes_where_it_stopped(fake_openai, tmp_path):

@@ -158,3 +158,12 @@ def test_real_samples_reproduce_original_preferences(stb, fake_openai, tmp_path)
     # 588: the CoT answer never finished, the DFS one was Solved: decided without a comparison.
     assert seen[("select_better_answer", "588")] == 0
     assert result.groups[0].rate == pytest.approx(100.0)
+
+
+def test_a_duel_whose_every_judgment_failed_counts_as_nothing_not_a_tie():
+    from stbeval.winrate import Duel
+
+    failed = Duel("G1_instruction", "9", None, None, ["none"] * 3, ["unscored"] * 3, ["judge call failed"] * 3)
+    assert failed.result == "unscored"
+    neither = Duel("G1_instruction", "8", None, None, ["none"] * 3, ["missing"] * 3, [""] * 3)
+    assert neither.result == "tie"  # neither side answered: a tie, as the original counts it
