@@ -25,11 +25,16 @@ _READY = re.compile(r"^stbproxy \S+ listening on http://(\S+?):(\d+) ")
 class ServeProcess:
     """``stbproxy serve`` as a subprocess on a free loopback port, as users start it."""
 
-    def __init__(self, store: Path, *args: str, env: dict | None = None, confdir: Path | None = None) -> None:
+    def __init__(self, store: Path, *args: str, env: dict | None = None, confdir: Path | None = None,
+                 user_ca: bool = False) -> None:
         self.store = Path(store)
-        # The CA beside the store, not the user's: a test run never writes into the home folder.
-        self.confdir = Path(confdir) if confdir is not None else self.store.parent / "certs"
-        self.args = ["--store", str(self.store), "--port", "0", "--confdir", str(self.confdir), *args]
+        if user_ca:  # the user's own CA, ~/.stbproxy of the HOME in ``env``, as a user's serve finds it
+            self.confdir = Path((env or {}).get("HOME") or Path.home()) / ".stbproxy"
+            confdir_args = []
+        else:  # the CA beside the store: a test run never writes into the home folder
+            self.confdir = Path(confdir) if confdir is not None else self.store.parent / "certs"
+            confdir_args = ["--confdir", str(self.confdir)]
+        self.args = ["--store", str(self.store), "--port", "0", *confdir_args, *args]
         # Neither the caller's proxy nor their STBPROXY_* settings: they would change the run.
         inherited = {k: v for k, v in os.environ.items()
                      if not k.lower().endswith("_proxy") and not k.startswith("STBPROXY_")}

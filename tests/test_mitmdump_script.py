@@ -70,9 +70,30 @@ def test_record_then_replay_with_mitmdump_script(tmp_path, upstream):
     assert replayed[0]["body"] == recorded[0]["body"]
 
 
-def test_bad_option_value_stops_mitmdump_naming_the_option(tmp_path):
+@pytest.mark.parametrize("option,message", [
+    ("stb_mode=sometimes", "stbproxy: error: stb_mode: unknown mode 'sometimes': choose one of virtual, record, replay"),
+    ("stb_faults=status=999", "stbproxy: error: stb_faults: bad fault spec 'status=999'"),
+    ("stb_validity=lenient", "stbproxy: error: stb_validity: validity policy 'lenient' is not one of auto, stb, strict"),
+])
+def test_bad_option_value_stops_mitmdump_with_one_line_naming_the_option(tmp_path, option, message):
     command = [str(Path(sys.executable).with_name("mitmdump")), "-q", "--listen-port", str(free_port()),
-               "-s", str(ADDON), "--set", "stb_mode=sometimes", "--set", f"confdir={tmp_path / 'certs'}"]
+               "-s", str(ADDON), "--set", option, "--set", f"confdir={tmp_path / 'certs'}"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60,
                             env={**os.environ, "STBPROXY_STORE": str(tmp_path / "s")})
-    assert result.returncode != 0 and "stb_mode" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in output
+    ours = [line for line in output.splitlines() if "stbproxy" in line]
+    assert len(ours) == 1 and message in ours[0], output
+    # the rest is mitmproxy's own word that it stops
+    assert [line for line in output.splitlines() if "stbproxy" not in line] == ["Error logged during startup, exiting..."]
+
+
+def test_list_options_can_be_set_from_the_mitmdump_command_line(tmp_path, upstream):
+    port = free_port()
+    process = mitmdump(tmp_path, port, f"stb_store={tmp_path / 's'}", "stb_passthrough=127.0.0.1",
+                       "stb_secret_fields=session_token")
+    try:
+        seen = agent({"HTTP_PROXY": f"http://127.0.0.1:{port}"}, [{"method": "GET", "url": upstream.url("/echo?t=1")}])
+    finally:
+        stop(process)
+    assert seen[0]["source"] == "passthrough"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import click
@@ -103,6 +104,9 @@ class OneLineErrors(click.Group):
             return super().invoke(ctx)
 
 
+_ENVVAR_HINT = re.compile(r" \(env var: [^)]*\)")
+
+
 class _one_line:
     def __enter__(self):
         return self
@@ -112,7 +116,8 @@ class _one_line:
             return False
         if isinstance(exc, click.UsageError):
             where = exc.ctx.command_path if exc.ctx is not None else "stbproxy"
-            raise CommandError(f"{exc.format_message()} (see '{where} --help')") from exc
+            message = _ENVVAR_HINT.sub("", exc.format_message())  # the flag is what the user typed
+            raise CommandError(f"{message} (see '{where} --help')") from exc
         if isinstance(exc, click.exceptions.Abort):
             fail("aborted", 1)
         if isinstance(exc, click.ClickException):

@@ -183,14 +183,14 @@ def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newe
     'stbproxy serve --refresh-simulated' to replace simulated answers while serving).
     Session logs and logged records are kept; an export skips answers that are gone.
     """
-    from stbproxy.forgetting import Selection, parse_age
+    from stbproxy.forgetting import Selection
     from stbproxy.store import Store
 
     if not (store / "CURRENT").exists():
         fail(f"no store at {store} (pass --store, or set STBPROXY_STORE)")
     try:
-        older = parse_age(older_than) if older_than else None
-        newer = parse_age(newer_than) if newer_than else None
+        older = _age("--older-than", older_than)
+        newer = _age("--newer-than", newer_than)
         with Store(store, readonly=dry_run) as db:
             session_keys = None
             if session is not None:
@@ -222,6 +222,15 @@ def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newe
         by_source[ex.source.value] = by_source.get(ex.source.value, 0) + 1
     counts = ", ".join(f"{n} {source}" for source, n in sorted(by_source.items()))
     click.echo(f"forgot {len(chosen)} entries from {store} ({counts})")
+
+
+def _age(flag: str, text: str | None) -> float | None:
+    from stbproxy.forgetting import parse_age
+
+    try:
+        return parse_age(text) if text else None
+    except StbError as exc:
+        fail(f"{flag}: {exc}")
 
 
 def _list_forgotten(chosen, verb: str, limit: int = 50) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -218,3 +219,61 @@ def test_convert_command_writes_the_converted_format(stb, tmp_path):
     assert result.exit_code == 0, result.output
     original = example / "model_predictions_converted" / "virtual_chatgpt_dfs" / "G1_instruction.json"
     assert json.loads(target.read_text()) == json.loads(original.read_text())
+
+
+# -- through the installed `stbproxy eval` command, as a user runs it ----------------------------
+
+def stbproxy_eval(*args, env):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "STBPROXY_"))}
+    script = os.path.join(os.path.dirname(sys.executable), "stbproxy")
+    return subprocess.run([script, "eval", *args], env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+def one_error_line(result) -> str:
+    assert result.returncode != 0 and "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("stbproxy: error: ") and result.stdout == ""
+    return lines[0]
+
+
+def test_no_judge_configured_stops_with_one_line_and_no_score(files, tmp_path):
+    answers, ids = files
+    out = tmp_path / "run"
+    result = stbproxy_eval("pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(out), env={})
+    line = one_error_line(result)
+    assert line.startswith("stbproxy: error: no judge is configured: set OPENAI_BASE_URL and OPENAI_API_KEY")
+    assert "https://api.openai.com/v1" in line and "no score written" in line
+    assert not (out / "summary.json").exists() and not (out / "table.md").exists()
+
+
+def test_unreachable_judge_stops_with_one_line_naming_the_endpoint(files, tmp_path):
+    answers, ids = files
+    out = tmp_path / "run"
+    with socket.socket() as closed:  # a port that nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    result = stbproxy_eval("pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(out),
+                           "--max-retries", "0", env={"OPENAI_BASE_URL": endpoint, "OPENAI_API_KEY": "k"})
+    line = one_error_line(result)
+    assert line.startswith(f"stbproxy: error: the judge at {endpoint} cannot be reached: APIConnectionError")
+    assert "no score written" in line
+    assert not (out / "summary.json").exists() and not (out / "scores.csv").exists()
+
+
+def test_ids_folder_evaluates_the_groups_with_answers_and_says_one_line_per_group(fake_openai, files, tmp_path):
+    answers, ids = files
+    write_json(ids / "G2_tool.json", {str(i): 0 for i in range(100, 130)})  # a group nobody answered
+    write_json(ids / "G1_tool.json", {"3": 0, "4": 0, "5": 0, "6": 0})  # two ids without answers
+    fake_openai.handler = Script(LABELS, trace=TRACE)
+    out = tmp_path / "run"
+    result = stbproxy_eval("pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(out),
+                           env=fake_openai.env())
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == ["warning: G1_tool: 2 of 4 ids have no usable answer, counted as Unsolved",
+                        "warning: G2_tool: none of its 30 ids has an answer; group not evaluated"]
+    header = next(row for row in table_rows(result.stdout) if row[0] == "Method")
+    assert header == ["Method", "G1_instruction", "G1_tool", "Average"]  # no 0.0 for G2_tool
+    problems = json.loads((out / "summary.json").read_text())["problems"]
+    assert "query 100 (G2_tool): no answer" in problems and "query 5 (G1_tool): no answer" in problems
