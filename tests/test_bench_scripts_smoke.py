@@ -38,3 +38,14 @@ def test_bench_virtual_quick():
     assert re.search(r"throughput ratio 5000 / 50: [\d.]+", out), out
     assert "requests failed: 0" in out, out
     assert "all answers checked" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_bench_inprocess_quick():
+    # Two pytest runs as real processes (one starts a proxy per test): slow, but it keeps the
+    # script that measures in-process replay against the proxy plugin runnable.
+    out = run_script("bench_inprocess.py", timeout=140)
+    assert re.search(r"in-process \(stb_replay, requests-mock\): [\d.]+ s wall \(median of 1\)", out), out
+    assert re.search(r"through the proxy \(stb_proxy, stbproxy serve per test\): [\d.]+ s wall", out), out
+    assert re.search(r"ratio proxy / in-process: [\d.]+x", out) and "all tests passed" in out, out

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -46,6 +47,17 @@ def one_error_line(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stbproxy: error: "), output
     return lines[0]
+
+
+def line_after(proxy, line: str, timeout: float = 10) -> str:
+    """The line the proxy printed after ``line`` (its output is read on a thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        at = proxy.output.index(line)
+        if len(proxy.output) > at + 1:
+            return proxy.output[at + 1].strip()
+        time.sleep(0.02)
+    raise AssertionError(f"nothing printed after {line!r}")
 
 
 def env_lines(text: str) -> dict[str, str]:
@@ -171,7 +183,7 @@ def test_env_without_store_points_at_the_ca_that_serve_uses_and_https_works_for_
         ca = home / ".stbproxy" / "mitmproxy-ca-cert.pem"
         assert ready.startswith(f"stbproxy 0.1.0 listening on http://127.0.0.1:{proxy.port} (mode virtual, store ")
         assert f"CA {ca})" in ready and ca.is_file()
-        eval_line = proxy.output[proxy.output.index(ready) + 1].strip()
+        eval_line = line_after(proxy, ready)
         assert eval_line == f'point clients at it: eval "$(stbproxy env --port {proxy.port})"'
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("STBPROXY_")}, **user,
                "URL": tls_upstream.url("/echo?via=proxy"), "EVAL_LINE": eval_line.split(": ", 1)[1]}

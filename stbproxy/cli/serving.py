@@ -145,13 +145,13 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
 
     def ready(bound_host: str, bound_port: int, runtime) -> None:
         details = ", ".join([*runtime.description(), f"CA {mitm.ca_cert_path(confdir)}"])
-        click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} ({details})")
         client = ["stbproxy", "env", "--port", str(bound_port)]
         if bound_host != "127.0.0.1":
             client += ["--host", bound_host]
         if not default_confdir:
             client += ["--confdir", str(confdir)]
-        click.echo(f"point clients at it: eval \"$({shlex.join(client)})\"")
+        click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} ({details})\n"
+                   f"point clients at it: eval \"$({shlex.join(client)})\"")
         sys.stdout.flush()
 
     try:
