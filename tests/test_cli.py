@@ -51,13 +51,19 @@ def test_stats_errors_prints_the_taxonomy(tmp_path):
         for i, failure in enumerate(["success"] * 3 + ["not_connected", "not_found", "not_authorised"]):
             db.put(Exchange(f"http/h/GET/p/{i}", Request("GET", f"http://h/p?{i}"), Response(200, (), b"{}"),
                             Source.UPSTREAM, 1.0, meta={"failure": failure}))
+        db.put(Exchange("http/h/GET/p/x", Request("GET", "http://h/p?x"), Response(200, (), b"{}"), Source.SIMULATED,
+                        1.0, meta={"fault": "down=0.2"}))
     table = invoke("stats", "--errors", "--store", str(store))
     assert table.exit_code == 0
-    rows = {line.split()[0]: line.split()[1:] for line in table.output.splitlines()[1:]}
+    lines = table.output.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:9]}
     assert rows["success"] == ["3", "50.0%"] and rows["not_available"] == ["2", "33.3%"]
     assert rows["not_connected"] == ["1", "50.0%"]  # a share of the not-available answers
+    assert lines[10:] == ["injected (--faults, not real failures, not counted above): 1",
+                          "  down=0.2                                      1"]
     as_json = json.loads(invoke("stats", "--errors", "--json", "--store", str(store)).output)
-    assert {row["kind"]: row["count"] for row in as_json}["not_authorised"] == 1
+    assert {row["kind"]: row["count"] for row in as_json["real"]}["not_authorised"] == 1
+    assert as_json["injected"] == {"total": 1, "by_rule": {"down=0.2": 1}}
 
 
 def test_stats_on_a_missing_store_is_a_clear_error(tmp_path):
