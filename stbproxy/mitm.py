@@ -15,8 +15,8 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
 from pathlib import Path
-from collections.abc import Sequence  # mitmproxy's --set parses Sequence[str] options of this kind only
 from typing import Callable, Optional
 
 from mitmproxy import ctx, exceptions, http, options

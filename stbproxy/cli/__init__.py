@@ -19,7 +19,6 @@ from stbproxy.cli.transfer import export, import_group
 from stbeval.cli import eval_group  # stbeval never imports the proxy side
 
 
-
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stbproxy")
 def main() -> None:
@@ -28,7 +27,6 @@ def main() -> None:
     Quick start: `stbproxy serve`, then in the agent's shell
     `eval "$(stbproxy env)"` and run the agent unmodified.
     """
-
 
 
 for command in (serve, env, stats, sessions, forget, export, import_group):

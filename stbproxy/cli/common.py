@@ -96,18 +96,18 @@ class OneLineErrors(click.Group):
     file, a failure of our own) ends as one ``stbproxy: error: ...`` line, never a traceback."""
 
     def make_context(self, info_name, args, parent=None, **extra):
-        with _one_line():
+        with _OneLine():
             return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx):
-        with _one_line():
+        with _OneLine():
             return super().invoke(ctx)
 
 
 _ENVVAR_HINT = re.compile(r" \(env var: [^)]*\)")
 
 
-class _one_line:
+class _OneLine:
     def __enter__(self):
         return self
 

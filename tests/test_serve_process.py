@@ -1,0 +1,58 @@
+"""ServeProcess believes a ready line only from a live process whose port takes connections."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from stbproxy.serve_process import ServeProcess
+
+
+class Scripted(ServeProcess):
+    """A stand-in for `stbproxy serve` that prints what the test says, then does what it says."""
+
+    def __init__(self, tmp_path, script: str) -> None:
+        super().__init__(tmp_path / "store")
+        self.script = script
+
+    def launch(self):
+        self.process = subprocess.Popen([sys.executable, "-c", self.script], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_ready_line_from_a_process_that_then_exits_is_not_believed(tmp_path):
+    port = free_port()
+    false_line = (f"print('stbproxy 0.1.0 listening on http://127.0.0.1:{port} (mode virtual, store s)', flush=True); "
+                  "import sys; sys.exit(1)")
+    with pytest.raises(RuntimeError, match="did not start"):
+        Scripted(tmp_path, false_line).start(timeout=10)
+
+
+def test_a_log_line_that_mentions_listening_is_not_a_ready_line(tmp_path):
+    port = free_port()
+    log_line = (f"print('12:00:01 WARNING mitmproxy: HTTP proxy listening on http://127.0.0.1:{port} (x)', flush=True); "
+                "import time; time.sleep(30)")
+    process = Scripted(tmp_path, log_line)
+    with pytest.raises(RuntimeError, match="did not start"):
+        process.start(timeout=2)
+    assert process.process.poll() is not None  # stopped by the failed start
+
+
+def test_a_ready_line_with_a_listening_port_is_believed(tmp_path):
+    script = ("import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+              "print(f'stbproxy 0.1.0 listening on http://127.0.0.1:{s.getsockname()[1]} (mode virtual)', flush=True); "
+              "time.sleep(30)")
+    with Scripted(tmp_path, script) as process:
+        assert process.port > 0
