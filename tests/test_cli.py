@@ -4,6 +4,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from click.testing import CliRunner
 
 from stbproxy.cli import main
@@ -82,10 +84,17 @@ def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
     assert "(0 new)" in again.output
 
 
-def test_serve_refuses_bad_fault_specs_naming_the_part(tmp_path):
-    result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0",
-                                       "--faults", "status=999"])
-    assert result.exit_code != 0 and "status=999" in result.output
+@pytest.mark.parametrize("args,line", [
+    (["--faults", "status=999"], "stbproxy: error: --faults: bad fault spec 'status=999'"),
+    (["--mode", "replay", "--refresh-simulated"],
+     "stbproxy: error: --refresh-simulated: refreshing simulated answers needs mode virtual"),
+    (["--session", "../x"], "stbproxy: error: --session: session name '../x' must use only"),
+    (["--secret-field", "x", "--volatile-field", "y", "--validity", "lenient"], "stbproxy: error: Invalid value for '--validity'"),
+])
+def test_serve_refuses_bad_settings_in_one_line_naming_the_flag(tmp_path, args, line):
+    result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0", *args])
+    assert result.exit_code == 2 and result.output.startswith(line) and len(result.output.splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # refused before anything was opened
 
 
 def test_every_option_reads_stbproxy_command_option_variables(tmp_path):

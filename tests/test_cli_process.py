@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -60,6 +61,17 @@ def line_after(proxy, line: str, timeout: float = 10) -> str:
     raise AssertionError(f"nothing printed after {line!r}")
 
 
+def fails_in_one_line(cases: list[tuple[list[str], str, str]]) -> list[str]:
+    """Run each (args, says, fix) case side by side; each must fail in one line that starts
+    with ``says`` and names ``fix``. Returns the lines, for further checks."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda case: stbproxy(*case[0]), cases))
+    lines = [one_error_line(result) for result in results]
+    for (args, says, fix), line in zip(cases, lines):
+        assert line.startswith(f"stbproxy: error: {says}") and fix in line, (args, line)
+    return lines
+
+
 def env_lines(text: str) -> dict[str, str]:
     return {name: shlex.split(value)[0] for name, _, value in
             (line.removeprefix("export ").partition("=") for line in text.splitlines())}
@@ -74,40 +86,39 @@ def test_no_ready_line_and_one_error_line_for_everything_serve_cannot_open(tmp_p
     cassette = tmp_path / "broken.yaml"
     cassette.write_text("interactions: [oops\n")
     (tmp_path / "a-file").write_text("x")
+    names = (f"store-{i}" for i in range(100))  # a store per case: the cases run side by side
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen()
     taken = listening.getsockname()[1]
     cases = [
-        (["--store", str(tmp_path / "s"), "--port", str(taken)],
+        (["--store", str(tmp_path / "s" / next(names)), "--port", str(taken)],
          f"cannot listen on 127.0.0.1:{taken}: the port is in use", "--port"),
         (["--store", str(store)], f"the store at {store} is locked by another process", "another --store"),
-        (["--store", str(tmp_path / "s"), "--catalog", str(catalog)], f"cannot read catalog {catalog}", "--catalog"),
-        (["--store", str(tmp_path / "s"), "--cassette", str(cassette)], "cannot replay the cassette:", "--cassette"),
+        (["--store", str(tmp_path / "s" / next(names)), "--catalog", str(catalog)], f"cannot read catalog {catalog}", "--catalog"),
+        (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(cassette)], "cannot replay the cassette:", "--cassette"),
         (["--store", str(tmp_path / "a-file" / "store")], f"cannot create the store at {tmp_path / 'a-file' / 'store'}: "
                                                           f"{tmp_path / 'a-file'} is a file", "--store"),
         (["--store", "/proc/stbproxy/store"], "cannot create the store at /proc/stbproxy/store: /proc is the kernel's",
          "--store"),
         (["--store", "/sys/stbproxy"], "cannot create the store at /sys/stbproxy: /sys is the kernel's", "--store"),
-        (["--store", str(tmp_path / "s"), "--confdir", str(tmp_path / "a-file" / "ca")],
+        (["--store", str(tmp_path / "s" / next(names)), "--confdir", str(tmp_path / "a-file" / "ca")],
          f"cannot keep the CA in {tmp_path / 'a-file' / 'ca'}", "--confdir"),
-        (["--store", str(tmp_path / "s"), "--cassette", str(REPO / "cassettes" / "weather_oslo.yaml"),
+        (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(REPO / "cassettes" / "weather_oslo.yaml"),
           "--report", str(tmp_path / "no-such-folder" / "r.json")], "cannot write", "does not exist"),
-        (["--store", str(tmp_path / "s"), "--faults", "status=999"], "--faults: bad fault spec 'status=999'", "status=503"),
-        (["--store", str(tmp_path / "s"), "--mode", "replay", "--refresh-simulated"],
-         "--refresh-simulated: refreshing simulated answers needs mode virtual", "virtual"),
-        (["--store", str(tmp_path / "s"), "--host", "10.9.8.7"], "refusing to listen on 10.9.8.7", "--proxy-auth"),
-        (["--store", str(tmp_path / "s"), "--mode", "sometimes"], "Invalid value for '--mode'", "serve --help"),
-        (["--store", str(tmp_path / "s"), "--sessions", "x"], "No such option '--sessions'", "--session"),
+        (["--store", str(tmp_path / "s" / next(names)), "--host", "10.9.8.7"], "refusing to listen on 10.9.8.7", "--proxy-auth"),
+        (["--store", str(tmp_path / "s" / next(names)), "--mode", "sometimes"], "Invalid value for '--mode'", "serve --help"),
+        (["--store", str(tmp_path / "s" / next(names)), "--sessions", "x"], "No such option '--sessions'", "--session"),
     ]
+    cases = [(["serve", *(["--port", "0"] if "--port" not in args else []), *args], says, fix)
+             for args, says, fix in cases]
+    stbproxy("env")  # the CA exists before the cases start side by side
     try:
         with Store(store):  # held open: any other writer meets RocksDB's lock
-            for args, says, fix in cases:
-                line = one_error_line(stbproxy("serve", *(["--port", "0"] if "--port" not in args else []), *args))
-                assert line.startswith(f"stbproxy: error: {says}") and fix in line, (args, line)
+            port_in_use = fails_in_one_line(cases)[0]
     finally:
         listening.close()
-    assert "regular@" not in line  # mitmproxy's own advice does not apply to stbproxy
+    assert "regular@" not in port_in_use  # mitmproxy's own advice does not apply to stbproxy
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: an unwritable folder cannot be made")
@@ -142,9 +153,7 @@ def test_every_other_command_fails_in_one_line_naming_the_thing_and_the_fix(tmp_
         (["env", "--port", "99999"], "Invalid value for '--port'", "env --help"),
         (["sevre"], "No such command 'sevre'", "stbproxy --help"),
     ]
-    for args, says, fix in cases:
-        line = one_error_line(stbproxy(*args))
-        assert line.startswith(f"stbproxy: error: {says}") and fix in line, (args, line)
+    fails_in_one_line(cases)
 
 
 # -- 3: one CA per user; the ready line prints the client's exact line ----------------------------
@@ -201,24 +210,28 @@ def test_env_without_store_points_at_the_ca_that_serve_uses_and_https_works_for_
 
 # -- 4: session names survive URLs; every flag reads its variable -------------------------------
 
-@pytest.mark.parametrize("name", ["my run/x", "a:b@c"])
-def test_session_names_are_percent_encoded_and_decoded(tmp_path, upstream, name):
+NAMES = ["my run/x", "a:b@c"]
+
+
+def test_session_names_are_percent_encoded_and_decoded(tmp_path, upstream):
     with ProxyProcess(tmp_path / "store") as proxy:
-        exported = env_lines(stbproxy("env", "--port", str(proxy.port), "--session", name).stdout)
-        proxy_url = exported["HTTP_PROXY"]
-        assert urlsplit(proxy_url).username is not None and unquote(urlsplit(proxy_url).username) == name
-        assert "/" not in proxy_url.removeprefix("http://") and proxy_url.count("@") == 1
-        seen = agent({k: exported[k] for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
-                     [{"method": "GET", "url": upstream.url("/echo?s=1")}])
-        assert seen[0]["status"] == 200
-        curl = subprocess.run(["curl", "-sS", "-x", proxy_url, upstream.url("/echo?s=2"), "-o", "/dev/null"],
-                              capture_output=True, text=True, timeout=30)
-        assert curl.returncode == 0, curl.stderr
+        for n, name in enumerate(NAMES):
+            exported = env_lines(stbproxy("env", "--port", str(proxy.port), "--session", name).stdout)
+            proxy_url = exported["HTTP_PROXY"]
+            assert unquote(urlsplit(proxy_url).username) == name
+            assert "/" not in proxy_url.removeprefix("http://") and proxy_url.count("@") == 1
+            seen = agent({k: exported[k] for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
+                         [{"method": "GET", "url": upstream.url(f"/echo?s={n}")}])
+            assert seen[0]["status"] == 200
+            curl = subprocess.run(["curl", "-sS", "-x", proxy_url, upstream.url(f"/echo?c={n}"), "-o", "/dev/null"],
+                                  capture_output=True, text=True, timeout=30)
+            assert curl.returncode == 0, curl.stderr
     sessions = json.loads(stbproxy("sessions", "--json", "--store", str(tmp_path / "store")).stdout)
-    assert [(row["name"], row["calls"]) for row in sessions] == [(safe_session_name(name), 2)]
-    exported_cassette = stbproxy("export", "--session", name, "--store", str(tmp_path / "store"),
-                                 "-o", str(tmp_path / "run.yaml"))
-    assert exported_cassette.stdout.startswith("wrote 2 interactions"), exported_cassette.stderr
+    assert sorted((row["name"], row["calls"]) for row in sessions) == sorted((safe_session_name(n), 2) for n in NAMES)
+    for name in NAMES:
+        exported_cassette = stbproxy("export", "--session", name, "--store", str(tmp_path / "store"),
+                                     "-o", str(tmp_path / "run.yaml"))
+        assert exported_cassette.stdout.startswith("wrote 2 interactions"), exported_cassette.stderr
 
 
 def test_stats_json_variable_and_every_flag_read_their_variables(tmp_path):
@@ -296,8 +309,7 @@ def test_refresh_simulated_serves_real_answers_once_the_api_is_back(tmp_path, up
     call = [{"method": "GET", "url": upstream.url("/echo?refresh=1")}]
     with ProxyProcess(store, "--faults", "down=1") as proxy:
         assert agent(proxy.client_env(), call)[0]["source"] == "simulated"
-    with ProxyProcess(store) as proxy:
-        assert agent(proxy.client_env(), call)[0]["source"] == "cache"  # the simulated answer, for good
+    # (without --refresh-simulated it would be served for good: tests/test_engine.py)
     with ProxyProcess(store, "--refresh-simulated") as proxy:
         assert "asking real APIs again for simulated answers" in proxy.output[0]
         assert [s["source"] for s in agent(proxy.client_env(), call * 2)] == ["upstream", "cache"]

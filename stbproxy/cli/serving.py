@@ -103,13 +103,12 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
 
     StableToolBench clients: SERVICE_URL=http://127.0.0.1:8080/virtual
     """
-    from stbproxy import mitm  # mitmproxy is heavy: imported only by commands that need it
-
     mode = mode or (Mode.REPLAY.value if cassette else Mode.VIRTUAL.value)
     if not _is_loopback(host) and not proxy_auth:
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
+    from stbproxy import mitm  # mitmproxy is heavy (a second): imported once the cheap checks pass
     _configure_logging(verbose)
     default_confdir = confdir is None
     confdir = resolve_confdir(confdir)
