@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
@@ -65,6 +66,8 @@ class Settings:
         if self.cassette is not None and self.mode is not Mode.REPLAY:
             raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}",
                               setting="cassette")
+        check_url(self.upstream_proxy, "upstream_proxy", ("http", "https", "socks5", "socks5h"))
+        check_url(self.toolbench_url, "toolbench_url", ("http", "https"))
         if self.refresh_simulated and self.mode is not Mode.VIRTUAL:
             raise ConfigError(f"refreshing simulated answers needs mode virtual (mode {self.mode.value} never "
                               "simulates)", setting="refresh_simulated")
@@ -116,6 +119,21 @@ def parse_timeout(value: str | float) -> float:
     if not 0 < seconds <= 3600:
         raise ConfigError(f"timeout {value!r} must be between 0 and 3600 seconds")
     return seconds
+
+
+def check_url(url: str | None, setting: str, schemes: tuple[str, ...]) -> None:
+    """A URL setting must name a scheme we can use and a host, or it fails on every request."""
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme.lower() not in schemes or not host:
+        raise ConfigError(f"{url!r} is not a URL such as {schemes[0]}://host:port (schemes: {', '.join(schemes)})",
+                          setting=setting)
 
 
 def catalog_path_for(store: Path) -> Path:

@@ -8,12 +8,13 @@ Content-Encoding), so what is stored and replayed is the content the client read
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 
 import httpx
 
-from stbproxy.errors import UpstreamError
+from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Headers, Request, Response
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx recomputes itself.
@@ -44,15 +45,21 @@ class Upstream:
     def __init__(self, config: UpstreamConfig = UpstreamConfig()) -> None:
         self.config = config
         verify: bool | str = False if config.insecure else (config.ca_file or True)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout),
-            verify=verify,
-            proxy=config.proxy,
-            # Never read HTTP(S)_PROXY: the agent's environment points at us, which would loop.
-            trust_env=False,
-            follow_redirects=False,  # a proxy relays redirects; the client follows them
-            limits=httpx.Limits(max_connections=config.max_connections),
-        )
+        try:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(config.timeout),
+                verify=verify,
+                proxy=config.proxy,
+                # Never read HTTP(S)_PROXY: the agent's environment points at us, which would loop.
+                trust_env=False,
+                follow_redirects=False,  # a proxy relays redirects; the client follows them
+                limits=httpx.Limits(max_connections=config.max_connections),
+            )
+        except ssl.SSLError as exc:
+            raise ConfigError(f"the upstream CA bundle {config.ca_file} is not usable ({exc.reason or exc}): "
+                              "give a PEM file of CA certificates", setting="upstream_ca") from exc
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot set up the client for real API calls: {exc}") from exc
 
     async def send(self, request: Request) -> tuple[Response, float]:
         """The real answer and how long it took; UpstreamError when there is none."""

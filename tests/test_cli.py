@@ -90,11 +90,22 @@ def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
      "stbproxy: error: --refresh-simulated: refreshing simulated answers needs mode virtual"),
     (["--session", "../x"], "stbproxy: error: --session: session name '../x' must use only"),
     (["--secret-field", "x", "--volatile-field", "y", "--validity", "lenient"], "stbproxy: error: Invalid value for '--validity'"),
+    (["--upstream-proxy", "proxy.local:3128"], "stbproxy: error: --upstream-proxy: 'proxy.local:3128' is not a URL"),
+    (["--toolbench-url", "/virtual"], "stbproxy: error: --toolbench-url: '/virtual' is not a URL such as http://"),
 ])
 def test_serve_refuses_bad_settings_in_one_line_naming_the_flag(tmp_path, args, line):
     result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0", *args])
     assert result.exit_code == 2 and result.output.startswith(line) and len(result.output.splitlines()) == 1
     assert not (tmp_path / "s").exists()  # refused before anything was opened
+
+
+def test_an_upstream_ca_that_holds_no_certificate_is_one_line(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate\n")
+    result = CliRunner().invoke(main, ["serve", "--store", str(tmp_path / "s"), "--port", "0",
+                                       "--upstream-ca", str(bundle)])
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1
+    assert result.output.startswith(f"stbproxy: error: the upstream CA bundle {bundle} is not usable")
 
 
 def test_every_option_reads_stbproxy_command_option_variables(tmp_path):
