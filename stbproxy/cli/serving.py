@@ -165,7 +165,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
 
 # stb_ options whose flag is not simply --<name>
 _FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
-          "stb_volatile_fields": "--volatile-field", "stb_faults": "--faults"}
+          "stb_volatile_fields": "--volatile-field"}
 
 
 def cli_message(text: str) -> str:
