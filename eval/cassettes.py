@@ -2,8 +2,9 @@
 
 A cassette holds the agent's chat-completion calls to an OpenAI-compatible endpoint and
 the tool HTTP calls it made. The last chat-completion call carries the whole conversation,
-so the trajectory is read from its messages plus the reply: assistant text becomes an
-assistant node, each tool call a tool node with the result the agent was shown. A tool
+so the trajectory is read from its messages plus the reply, in either message format
+(messages.py): assistant text becomes an assistant node, each tool call a tool node
+with the result the agent was shown. A tool
 call whose result never reached the model takes the next tool HTTP response recorded
 after that call. The final answer is the ``Finish`` call's arguments; an agent that was
 never offered ``Finish`` ends with its last assistant message.
@@ -22,8 +23,10 @@ from typing import Any
 from vcr.serialize import deserialize
 from vcr.serializers import jsonserializer, yamlserializer
 
-from .answers import CASSETTE_SUFFIXES, FINISH, Answer, Problem, tree_problem
+from .messages import read_steps, text_of
+from .model import FINISH, Answer, Problem, chain, function_schemas, tree_problem
 
+CASSETTE_SUFFIXES = (".yaml", ".yml")
 _CHAT_PATH = "/chat/completions"
 
 
@@ -92,19 +95,15 @@ def _rebuild(qid: str, interactions: list[tuple[Any, dict[str, Any]]], meta: dic
     offered_finish = any(t.get("name") == FINISH for t in tools)
     late_results = [text for i, text in tool_http if i > last_index]
 
-    steps, final_call_args, final_text = _steps(messages, late_results)
-    if final_call_args is not None:
-        final_answer = final_call_args
-    elif not offered_finish and final_text:
-        final_answer = final_text
+    first_user = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), -1)
+    read = read_steps(messages[first_user + 1:], late_results=late_results)
+    if read.finish_arguments is not None:
+        final_answer = read.finish_arguments
+    elif not offered_finish and read.closing_text:
+        final_answer = read.closing_text
     else:
         final_answer = ""
-    details: list[dict[str, Any]] = []
-    tail = details
-    for node in [{"role": "system", "message": ""}, {"role": "user", "message": query}, *steps]:
-        linked = {"role": node["role"], "message": node["message"], "next": []}
-        tail.append(linked)
-        tail = linked["next"]
+    details = chain([{"role": "system", "message": ""}, {"role": "user", "message": query}, *read.steps])
     broken = tree_problem(details)
     if broken:
         raise _Bad(f"broken answer tree: {broken}")
@@ -113,7 +112,7 @@ def _rebuild(qid: str, interactions: list[tuple[Any, dict[str, Any]]], meta: dic
         query=query,
         available_tools=tools,
         method=str(meta.get("method", "cassette")),
-        total_steps=len(steps) + 2,
+        total_steps=len(read.steps) + 2,
         final_answer=final_answer,
         answer_details=details,
         source="cassette",
@@ -121,74 +120,17 @@ def _rebuild(qid: str, interactions: list[tuple[Any, dict[str, Any]]], meta: dic
     )
 
 
-def _steps(messages: list[dict[str, Any]], late_results: list[str]) -> tuple[list[dict[str, Any]], str | None, str]:
-    """Nodes after the query, the last Finish call's arguments, and the closing text."""
-    results = {m.get("tool_call_id"): _content(m) for m in messages if m.get("role") == "tool"}
-    legacy = [_content(m) for m in messages if m.get("role") == "function"]
-    late = list(late_results)
-    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
-    steps: list[dict[str, Any]] = []
-    finish_args: str | None = None
-    closing = ""
-    for message in messages[first_user + 1 :]:
-        if message.get("role") != "assistant":
-            continue
-        text = _content(message)
-        calls = _calls(message)
-        if text:
-            steps.append({"role": "assistant", "message": text})
-        closing = text if not calls else ""
-        for call_id, name, arguments in calls:
-            if name == FINISH:
-                finish_args = arguments
-                response = ""
-            elif call_id is not None and call_id in results:
-                response = results[call_id]
-            elif call_id is None and legacy:
-                response = legacy.pop(0)
-            else:
-                response = late.pop(0) if late else ""
-            steps.append({"role": "tool", "message": {"name": name, "arguments": arguments, "response": response}})
-    return steps, finish_args, closing
-
-
-def _calls(message: dict[str, Any]) -> list[tuple[str | None, str, str]]:
-    out: list[tuple[str | None, str, str]] = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        out.append((call.get("id"), str(fn.get("name", "")), _arguments(fn.get("arguments"))))
-    legacy = message.get("function_call")
-    if legacy:
-        out.append((None, str(legacy.get("name", "")), _arguments(legacy.get("arguments"))))
-    return out
-
-
-def _arguments(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _content(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
 def _query(messages: list[dict[str, Any]]) -> str:
     for message in messages:
-        if message.get("role") == "user":
-            return _content(message)
+        if isinstance(message, dict) and message.get("role") == "user":
+            return text_of(message)
     return ""
 
 
 def _tools(request: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(request.get("tools"), list):
-        return [t.get("function", t) for t in request["tools"] if isinstance(t, dict)]
-    if isinstance(request.get("functions"), list):
-        return [f for f in request["functions"] if isinstance(f, dict)]
-    return []
+    """The functions the agent was offered: ``tools`` (either shape) or legacy ``functions``."""
+    listed = request.get("tools") if isinstance(request.get("tools"), list) else request.get("functions")
+    return function_schemas(listed) if isinstance(listed, list) else []
 
 
 def _chat_reply(response: dict[str, Any], index: int) -> dict[str, Any] | None:

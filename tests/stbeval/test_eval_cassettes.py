@@ -9,7 +9,8 @@ import openai
 import vcr
 from vcr.serializers import jsonserializer, yamlserializer
 
-from stbeval.answers import FINISH, Answer, Problem, load_answers, main_path, parse_finish
+from stbeval.answers import load_answers
+from stbeval.model import FINISH, Answer, Problem, main_path, parse_finish
 from stbeval.passrate import precheck
 from tests.fakes.fake_openai import ToolCall
 
