@@ -4,9 +4,8 @@ A cassette holds the agent's chat-completion calls to an OpenAI-compatible endpo
 the tool HTTP calls it made. The last chat-completion call carries the whole conversation,
 so the trajectory is read from its messages plus the reply, in either message format
 (messages.py): assistant text becomes an assistant node, each tool call a tool node
-with the result the agent was shown. A tool
-call whose result never reached the model takes the next tool HTTP response recorded
-after that call. The final answer is the ``Finish`` call's arguments; an agent that was
+with the result the agent was shown. A tool call whose result never reached the model
+takes the next tool HTTP response recorded after that call. The final answer is the ``Finish`` call's arguments; an agent that was
 never offered ``Finish`` ends with its last assistant message.
 
 Cassettes are read with vcrpy's own deserializer, never through the proxy package.

@@ -59,8 +59,8 @@ def read_steps(messages: Iterable[dict[str, Any]], *, thoughts: bool = True,
       an id, the next unclaimed result without an id (``role: function``) before the
       next assistant message. A call whose result is not in the conversation takes the
       next of ``late_results`` (what a recording saw after the last model call), else "".
-    - ``Finish`` gets an empty response, as in the original's trees, and ends its
-      message: calls listed after it in the same message are never part of the answer.
+    - ``Finish`` gets an empty response and ends its message: calls listed after it in
+      the same message are never part of the answer (both as ToolBench's converter has it).
     - Messages of other roles only supply results.
     """
     messages = [m for m in messages if isinstance(m, dict)]
