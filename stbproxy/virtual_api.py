@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from stbproxy import keys
-from stbproxy.catalog import Catalog, called_api_key, category_key, tool_key
+from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbproxy.engine import SOURCE_HEADER, Answer, Engine
 from stbproxy.models import ApiRef, Headers, Request, Source, header_value
 from stbproxy.bodies import body_value
@@ -170,10 +170,10 @@ class VirtualApi:
         real, why_not = self._direct_call(doc, request.args)
         return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not)
 
-    def _direct_call(self, doc, args: Mapping[str, Any]) -> tuple[Request | None, str]:
+    def _direct_call(self, doc: ApiDoc | None, args: Mapping[str, Any]) -> tuple[Request | None, str]:
         """The API's own URL from the catalog, and why not when there is none to call."""
         if doc is None:
-            return None, "the catalog does not know this API" if self.catalog else "no catalog is loaded"
+            return None, "the catalog does not know this API" if self.catalog is not None else "no catalog is loaded"
         if not doc.url:
             return None, "the catalog has no URL for this API"
         if is_rapidapi_url(doc.url) and not self.rapidapi_key:
