@@ -128,7 +128,7 @@ def main() -> None:
               help="Catalog file [default: catalog.json beside the store, written by 'stbproxy import tools'].")
 @click.option("--toolbench-url", default=None, metavar="URL",
               help="A ToolBench-style server for the real calls behind /virtual "
-                   "(else the API's RapidAPI URL from the catalog, with $STBPROXY_RAPIDAPI_KEY).")
+                   "(else the API's URL from the catalog; a RapidAPI URL only with $STBPROXY_RAPIDAPI_KEY).")
 @click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
               help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
                    "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "

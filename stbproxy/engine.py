@@ -174,7 +174,7 @@ class Engine:
                 return self._injected(call, decision)  # record mode: the client sees the fault
             return await self._simulate(call, f"injected fault {decision.rule}")
         if call.upstream is None:
-            return await self._unavailable(call, UpstreamError("no real API is known for this call"))
+            return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
         try:
             response, seconds = await self.upstream.send(call.upstream)
         except UpstreamError as exc:

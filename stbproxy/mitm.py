@@ -27,7 +27,7 @@ from stbproxy.models import Request, Response
 from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
-from stbproxy.virtual_api import virtual_headers
+from stbproxy.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store import default_store_path
 
 log = logging.getLogger("stbproxy")
@@ -158,7 +158,10 @@ class StbAddon:
             return
         session = self.session_for(flow)
         try:
-            answer = await self.open_runtime().engine.handle(request_from_flow(flow), session)
+            request = request_from_flow(flow)
+            if may_be_virtual_call(request) and await self.proxied_virtual(flow, request, session):
+                return
+            answer = await self.open_runtime().engine.handle(request, session)
         except Exception as exc:  # one bad request must never take the proxy down
             log.exception("stbproxy failed on %s %s", flow.request.method, flow.request.pretty_host)
             flow.response = json_response(502, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
@@ -168,17 +171,33 @@ class StbAddon:
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
 
+    async def proxied_virtual(self, flow: http.HTTPFlow, request: Request, session: str) -> bool:
+        """Answer a /virtual call addressed to another server; False: it is plain HTTP."""
+        try:
+            reply = await self.open_runtime().virtual.handle_proxied(request, session)
+        except Exception as exc:  # never a 500 for one bad call
+            log.exception("stbproxy failed on a /virtual call to %s", flow.request.pretty_host)
+            reply = VirtualReply(200, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
+        if reply is None:
+            return False
+        flow.response = http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+        flow.metadata["stb_source"] = reply.source
+        flow.metadata["stb_session"] = session
+        return True
+
     async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
         """A request to the proxy's own address (not proxied): /virtual, or a pointer to usage.
 
         Never forwarded: that would send the proxy a request to itself, forever.
         """
-        if flow.request.path.split("?", 1)[0].rstrip("/") == "/virtual":
+        is_virtual, named_session = own_virtual_path(flow.request.path)
+        if is_virtual:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             try:
                 reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"",
-                                                                 self.session_for(flow))
+                                                                 named_session or self.session_for(flow),
+                                                                 headers=tuple(flow.request.headers.items(multi=True)))
             except Exception as exc:  # never a 500 for one bad call
                 log.exception("stbproxy /virtual failed")
                 return json_response(200, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
@@ -288,7 +307,7 @@ class _ReadyLine:
         gc.freeze()
         server = ctx.master.addons.get("proxyserver")
         runtime = self.stb.runtime
-        details = f"simulator {runtime.simulator_description}" if runtime is not None else ""
+        details = runtime.description if runtime is not None else ""
         for host, port, *_ in server.listen_addrs():
             self.on_ready(host, port, details)
             return

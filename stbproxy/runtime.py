@@ -10,6 +10,7 @@ from stbproxy.cassette_store import CassetteStore
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError
+from stbproxy.models import Mode
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.store import Store
@@ -71,6 +72,12 @@ class Runtime:
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
+
+    @property
+    def description(self) -> str:
+        """For the ready line: who answers misses, the simulator and the real upstream."""
+        real = "none (replay)" if self.settings.mode is Mode.REPLAY else self.virtual.real_calls()
+        return f"simulator {self.simulator_description}, real /virtual calls: {real}"
 
     async def aclose(self) -> None:
         try:

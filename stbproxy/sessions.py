@@ -2,8 +2,9 @@
 
 A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42@host:port``
 makes clients send ``Proxy-Authorization: Basic base64("run-42:")``, on plain requests
-and on CONNECT alike), by an ``X-Stb-Session`` request header, by ``serve --session``, or
-else by a default per serve run. Each session keeps an ordered log of light records
+and on CONNECT alike), by an ``X-Stb-Session`` request header, for /virtual calls to the
+proxy's own address by a ``/s/<name>/virtual`` path (virtual_api.own_virtual_path), by
+``serve --session``, or else by a default per serve run. Each session keeps an ordered log of light records
 that point at the stored answers.
 """
 
