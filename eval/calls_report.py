@@ -51,8 +51,14 @@ def group_summary(g: GroupCalls) -> dict[str, Any]:
         "unreadable_reference_calls": sum(c.arguments is None for r in g.results for c in r.reference),
         "no_run": [_missing(m) for m in g.no_run],
         "no_reference": [_missing(m) for m in g.no_reference],
-        "mismatched": [r.query_id for r in g.mismatched],
+        "mismatched": [_first_mismatch(r) for r in g.mismatched],
     }
+
+
+def _first_mismatch(q: QueryCalls) -> dict[str, Any]:
+    position = next(i for i, diffs in enumerate(q.positions) if diffs)
+    return {"query_id": q.query_id, "mismatched_calls": len(q.reference) - q.matched, "position": position + 1,
+            "api": q.reference[position].api, "first_difference": q.positions[position][0]}
 
 
 def _missing(m: Missing) -> dict[str, str]:
@@ -89,10 +95,13 @@ def render(data: dict[str, Any]) -> str:
 def _list(items: list[tuple[str, Any]]) -> str:
     lines = []
     for group, item in items[:MAX_LISTED]:
-        if isinstance(item, dict):
+        if "reason" in item:
             lines.append(f"  {group} {item['query_id']}: {item['reason']}")
-        else:
-            lines.append(f"  {group} {item}")
+            continue
+        d = item["first_difference"]
+        more = item["mismatched_calls"] - 1
+        lines.append(f"  {group} {item['query_id']}, call {item['position']} {item['api']}: {d['part']}: "
+                     f"reference {d['reference']!r}, got {d['got']!r}" + (f" (and {more} more)" if more else ""))
     if len(items) > MAX_LISTED:
         lines.append(f"  ... and {len(items) - MAX_LISTED} more (all in {SUMMARY})")
     return "\n".join(lines)
