@@ -17,11 +17,11 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable, Union
 
-from .calls import ABSENT, CallsResult, Missing, compare_runs, left_out_fields, load_side
+from .calls import CallsResult, Missing, compare_runs, left_out_fields, load_side
 from .model import Answer, AnswerSet
 
 Side = Union[str, Path, Answer, AnswerSet]
-MAX_LISTED = 20  # mismatched calls in the message; the result holds all of them
+MAX_LISTED = 20  # mismatched calls in the failure message
 
 
 def assert_call_accuracy(run: Side, golden: Side, *, minimum: float = 100.0, order_free: bool = False,
@@ -94,13 +94,13 @@ def _mismatches(result: CallsResult, order_free: bool) -> list[str]:
                           for i, diffs in enumerate(q.positions) if diffs)
     lines = [line for block in blocks[:MAX_LISTED] for line in block]
     if len(blocks) > MAX_LISTED:
-        lines.append(f"... and {len(blocks) - MAX_LISTED} more mismatched calls (all in the returned result)")
+        lines.append(f"... and {len(blocks) - MAX_LISTED} more mismatched calls (`stbproxy eval calls` lists them all)")
     return lines
 
 
 def _parts(diffs: list[dict[str, str]]) -> list[str]:
-    return [f"    {d['part']}: golden {d['reference']!r}, got {d['got']!r}" if d["got"] != ABSENT or d["part"] != "call"
-            else "    no call at this position" for d in diffs]
+    return ["    no call at this position" if d["part"] == "call"
+            else f"    {d['part']}: golden {d['reference']!r}, got {d['got']!r}" for d in diffs]
 
 
 def _names(missing: list[Missing]) -> str:

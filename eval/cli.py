@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import click
 
-from . import report
+from . import calls, calls_report, report
 from .answers import GROUP_RE, Answer, Problem, load_answers, load_ids, to_converted
 from .errors import EvalError, JudgeFatalError
 from .judge import DEFAULT_MODEL, Judge, JudgeSettings
@@ -393,8 +393,6 @@ Example:
 def calls_cmd(answers: Path, reference: Path, ids: Path, out: Path, queries: tuple[Path, ...],
               volatile: tuple[str, ...], seed: int) -> None:
     """Call accuracy (in order and in any order) and ROUGE-L against a reference run; no judge."""
-    from . import calls, calls_report
-
     result = calls.compare_runs(calls.load_side(answers, seed=seed, queries=queries),
                                 calls.load_side(reference, seed=seed, queries=queries), load_ids(ids),
                                 run_name=_method_name(answers), reference_name=_method_name(reference),

@@ -243,6 +243,15 @@ def test_a_run_that_stops_early_names_the_calls_it_never_made():
     assert "query 1, call 2 b_for_t:\n    no call at this position" in str(failure.value)
 
 
+def test_a_long_failure_lists_the_first_20_mismatched_calls():
+    reference = answer("1", [(f"f{i}_for_t", '{"n": 1}') for i in range(25)])
+    with pytest.raises(AssertionError) as failure:
+        assert_call_accuracy(answer("1", [(f"f{i}_for_t", '{"n": 2}') for i in range(25)]), reference)
+    message = str(failure.value)
+    assert message.count("argument:n: golden '1', got '2'") == 20 and "call 20 f19_for_t:" in message
+    assert message.endswith("... and 5 more mismatched calls (`stbproxy eval calls` lists them all)")
+
+
 def test_rouge_l_is_the_packages_score_and_skips_a_reference_without_text():
     ref, cand = "The Lumineers play at the Aware Super Theatre.", "the lumineers play at Aware Super Theatre!"
     package = rouge_scorer.RougeScorer(["rougeL"]).score(ref, cand)["rougeL"].fmeasure
