@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import click
 
-from . import report
+from . import calls, calls_report, report
 from .answers import GROUP_RE, Answer, Problem, load_answers, load_ids, to_converted
 from .errors import EvalError, JudgeFatalError
 from .judge import DEFAULT_MODEL, Judge, JudgeSettings
@@ -366,3 +366,37 @@ def convert_cmd(answers: Path, out: Path, seed: int) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(to_converted(items), ensure_ascii=False) + "\n", encoding="utf-8")
         click.echo(f"{target}: {len(items)} answers", err=True)
+
+
+CALLS_EXAMPLE = """\b
+Example:
+  stbproxy eval calls --answers answer/my_agent --reference answer/golden \\
+      --ids solvable_queries/test_query_ids --out runs/my_agent_calls
+"""
+
+
+@eval_group.command("calls", epilog=CALLS_EXAMPLE)
+@click.option("--answers", required=True, type=click.Path(exists=True, path_type=Path),
+              help="The run: converted answers, raw ToolBench answers or cassettes (file or folder).")
+@click.option("--reference", required=True, type=click.Path(exists=True, path_type=Path),
+              help="The reference run, in any of the same forms.")
+@click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Query ids: a {qid: 0} file per group, or their folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder: summary.json, table.md, table.csv, details/<group>/<qid>.json.")
+@click.option("--queries", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Query files naming the conversations of multi-conversation cassettes (repeatable).")
+@click.option("--volatile-field", "volatile", multiple=True,
+              help="An argument never compared, like a timestamp (repeatable); secret fields never are.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
+@_handle_errors
+def calls_cmd(answers: Path, reference: Path, ids: Path, out: Path, queries: tuple[Path, ...],
+              volatile: tuple[str, ...], seed: int) -> None:
+    """Call accuracy (in order and in any order) and ROUGE-L against a reference run; no judge."""
+    result = calls.compare_runs(calls.load_side(answers, seed=seed, queries=queries),
+                                calls.load_side(reference, seed=seed, queries=queries), load_ids(ids),
+                                run_name=_method_name(answers), reference_name=_method_name(reference),
+                                left_out=calls.left_out_fields(volatile))
+    for problem in result.problems:
+        click.echo(f"warning: {problem}", err=True)
+    click.echo(calls_report.write(out, result), nl=False)

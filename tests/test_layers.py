@@ -1,6 +1,7 @@
 """Imports only point down the layers (DESIGN.md), and each foreign library has one owner."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,26 @@ def test_each_foreign_library_has_one_owner(library, owner):
 def test_stbeval_never_imports_the_proxy():
     for path in (ROOT / "eval").rglob("*.py"):
         assert not any(n == "stbproxy" or n.startswith("stbproxy.") for n in imports_of(path)), path
+
+
+# stbeval's own foreign libraries, each behind one module of eval/.
+EVAL_OWNERS = {"rouge_score": "rouge"}
+
+
+@pytest.mark.parametrize("library,owner", sorted(EVAL_OWNERS.items()))
+def test_each_foreign_library_of_stbeval_has_one_owner(library, owner):
+    users = {p.stem for p in (ROOT / "eval").glob("*.py")
+             if any(n == library or n.startswith(library + ".") for n in imports_of(p))}
+    assert users == {owner}, f"{library} imported by {users}"
+
+
+CORE_MODULES = sorted((ROOT / "stbcore").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=[p.stem for p in CORE_MODULES])
+def test_stbcore_sits_below_both_and_needs_only_the_standard_library(path):
+    for name in imports_of(path):
+        top = name.split(".")[0]
+        assert top not in ("stbproxy", "stbeval"), f"stbcore.{path.stem} imports {name}"
+        assert top in sys.stdlib_module_names or top in ("__future__", "stbcore"), \
+            f"stbcore.{path.stem} imports the third-party {name}"
