@@ -164,45 +164,75 @@ def trajectory(conversation: Conversation, traffic: Traffic, qid: str, *, query:
 Named = tuple[str | None, Answer | Problem]  # (group, answer)
 
 
+@dataclass(frozen=True)
+class Naming:
+    """What a conversation is called: its query's group and id, and the query's text."""
+
+    conversation: Conversation
+    group: str | None
+    qid: str
+    query: str | None = None
+
+
+def name_conversations(traffic: Traffic, *, where: str, queries: QueryIndex | None = None,
+                       unmatched: str = "skip") -> tuple[list[Naming], list[str]]:
+    """Each conversation's name, and notes. With queries, a conversation is named by the
+    query its task states; one that matches none is left out with a note (``unmatched=
+    "skip"``) or named by its digest (``"digest"``). Without queries, every one is named
+    by its digest (a second run of the same task gets ``-2``, and so on)."""
+    names: list[Naming] = []
+    notes: list[str] = []
+    seen: dict[str, int] = {}
+    for conversation in traffic.conversations:
+        matched = queries.match(conversation.user_message()) if queries is not None else None
+        if matched is not None and not isinstance(matched, str):
+            names.append(Naming(conversation, matched.group, matched.query_id, matched.text))
+            continue
+        if matched is not None:
+            words = first_words(task_text(conversation.user_message()))
+            notes.append(f'{where}: conversation "{words}" {matched}'
+                         + ("; left out" if unmatched == "skip" else "; named by its digest"))
+            if unmatched == "skip":
+                continue
+        digest = conversation.digest()
+        seen[digest] = seen.get(digest, 0) + 1
+        names.append(Naming(conversation, None, digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"))
+    return names, notes
+
+
 def answers_from_traffic(traffic: Traffic, *, where: str, queries: QueryIndex | None = None,
                          single_id: str | None = None, meta: dict[str, Any] | None = None) -> tuple[list[Named], list[str]]:
     """Each conversation's answer with its group and id, and notes on what was left out.
 
-    ``single_id`` names a recording meant to hold one query (a cassette named by its
-    id); its ``meta`` (``query_id``, ``query``, ``method``) applies then too.
-    Without queries, several conversations are named by their digests.
+    ``single_id`` names a recording meant to hold one query (a cassette named by its id):
+    when it holds one conversation, that conversation keeps the id unless a query
+    matches, and the recording's ``meta`` (``query_id``, ``query``, ``method``) applies.
+    When a query ran in more than one conversation, the last one is its answer.
     """
     meta = meta or {}
     notes = [f"{where}: {reason}" for reason in traffic.unread]
-    conversations = traffic.conversations
-    if not conversations:
+    if not traffic.conversations:
         reason = NO_LLM_CALL + (f" ({traffic.unread[0]})" if traffic.unread else "")
         if single_id is not None:
             return [(None, Problem(single_id, reason, where))], []
         return [], [f"{where}: {reason}"]
     method = str(meta.get("method", "cassette"))
-    named: dict[tuple[str | None, str], Answer | Problem] = {}
-    digests: dict[str, int] = {}
-    for conversation in conversations:
-        group, qid, query = None, None, None
-        matched = queries.match(conversation.user_message()) if queries is not None else None
-        if matched is not None and not isinstance(matched, str):
-            group, qid, query = matched.group, matched.query_id, matched.text
-        if single_id is not None and len(conversations) == 1:
-            qid = str(meta.get("query_id", qid or single_id))
-            query = meta.get("query") or query
-        elif qid is None and queries is not None:
-            notes.append(f'{where}: conversation "{first_words(task_text(conversation.user_message()))}" '
-                         f"{matched}; left out")
-            continue
-        elif qid is None:
-            qid = conversation.digest()
-            digests[qid] = digests.get(qid, 0) + 1
-            qid = qid if digests[qid] == 1 else f"{qid}-{digests[qid]}"
-        if (group, qid) in named:
-            notes.append(f"{where}: query {qid} ran in more than one conversation; the last one is scored")
-        named[(group, qid)] = trajectory(conversation, traffic, qid, query=query, method=method, where=where)
-    return [(group, item) for (group, _qid), item in named.items()], notes
+    if single_id is not None and len(traffic.conversations) == 1:
+        found, _ = name_conversations(traffic, where=where, queries=queries, unmatched="digest")
+        name = found[0]
+        qid = str(meta.get("query_id", name.qid if name.query is not None else single_id))
+        answer = trajectory(name.conversation, traffic, qid, query=meta.get("query") or name.query,
+                            method=method, where=where)
+        return [(name.group, answer)], notes
+    names, more = name_conversations(traffic, where=where, queries=queries)
+    notes.extend(more)
+    answers: dict[tuple[str | None, str], Answer | Problem] = {}
+    for name in names:
+        if (name.group, name.qid) in answers:
+            notes.append(f"{where}: query {name.qid} ran in more than one conversation; the last one is scored")
+        answers[(name.group, name.qid)] = trajectory(name.conversation, traffic, name.qid, query=name.query,
+                                                     method=method, where=where)
+    return [(group, item) for (group, _qid), item in answers.items()], notes
 
 
 # --- grouping -------------------------------------------------------------------------
