@@ -166,14 +166,17 @@ def _responses_request(body: dict[str, Any], index: int,
     if isinstance(previous, str):
         if previous not in earlier:
             raise BadCall(f"responses request #{index} continues {previous}, which the recording does not hold")
-        messages = [m for m in earlier[previous] if m.get("role") != "system"]
+        messages = list(earlier[previous])
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list):
         raise BadCall(f"responses request #{index} has no input")
     if isinstance(body.get("instructions"), str) and body["instructions"]:
-        messages.insert(0, {"role": "system", "content": body["instructions"]})
+        # New instructions replace the earlier ones; without any, the conversation keeps
+        # the ones it started with, so its requests still share their leading messages.
+        messages = [{"role": "system", "content": body["instructions"]},
+                    *(m for m in messages if m.get("role") != "system")]
     messages.extend(_from_items(items))
     tools = [{k: v for k, v in t.items() if k in ("name", "description", "parameters")}
              for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function" and "name" in t]

@@ -5,7 +5,8 @@ recordings of its own (stbproxy's CLI, whose store holds sessions) registers a
 resolver: given the text of ``--answers`` (``--candidate``, ``--reference``) that names
 no file or folder, it returns that recording as a cassette document
 (``{"interactions": [...]}``, as vcrpy's serializer reads it) with notes on anything it
-had to leave out, or None when it knows no such name. The recording is then read like
+had to leave out; None when the name is none of its business, or an InputError that
+says why it cannot be read. The recording is then read like
 a cassette that holds many conversations.
 """
 

@@ -51,16 +51,20 @@ def session_exchanges(db: Store, name: str) -> tuple[list[Exchange], list[str]]:
     return out, skipped
 
 
-def session_document(store: Path, raw: str) -> tuple[dict, list[str]] | None:
+def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
     """Session ``raw`` of the store as a cassette document, with notes on records left
-    out; None when the store has no such session (stbeval's resolver, sources.py)."""
+    out (stbeval's resolver for names that are not files, sources.py). An unknown
+    session or a missing store is an error that says which sessions there are."""
     if not Path(store).is_dir():
-        return None
+        raise EvalInputError(f"{raw}: no such answers file or folder, and no store at {store} to find a session in")
     try:
         with Store(store, readonly=True) as db:
             name = known_session(db, raw)
             if name is None:
-                return None
+                known = db.session_names()
+                listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+                raise EvalInputError(f"{raw}: no such answers file or folder, nor a session in {store} "
+                                     f"(sessions: {listed or 'none'})")
             exchanges, skipped = session_exchanges(db, name)
     except StbError as exc:
         raise EvalInputError(f"{raw}: cannot read the session from {store}: {exc}") from exc

@@ -14,7 +14,11 @@ plays both sides of each again, making the requests the pipeline makes:
   ``function_call`` fields dropped as the pipeline drops them), each tool call as
   ``POST /virtual`` to the service URL or RapidAPI-style HTTP through the proxy, until
   ``Finish``; it returns the conversation as the pipeline keeps it (``train_messages``);
-- :func:`run_queries` runs queries on several threads, as the pipeline's ``--num_thread``.
+- :func:`run_queries` runs queries on several threads, as the pipeline's ``--num_thread``;
+- :func:`record` records such a run into one session of a real ``stbproxy serve``.
+
+``python -m tests.pipeline_run FILE`` records the run again and exports its session to
+FILE (the fixture ``tests/stbeval/data/pipeline_session.yaml`` was made so).
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ import openai
 import requests
 
 from stbproxy.catalog import api_key_name, function_name, standardize
-from tests.fakes.fake_openai import HttpError, ToolCall
+from stbproxy.serve_process import ServeProcess
+from tests.fakes.fake_openai import FakeOpenAI, HttpError, ToolCall
 
 GROUP = "G1_instruction"
+SESSION = "pipeline-run"
+VARIANTS = ("pipeline", "http")
 AGENT_MODEL = "gpt-3.5-turbo-16k"
 # Secrets the agent sends; none may reach the store or an export.
 OPENAI_KEY = "sk-agent-secret-0123456789"
@@ -257,3 +264,56 @@ def run_queries(script: Script, qids: list[str], *, threads: int = 2, **options:
     with ThreadPoolExecutor(threads) as pool:
         done = pool.map(lambda qid: run_query(script.items[qid], **options), qids)
         return dict(zip(qids, done))
+
+
+@dataclass
+class Recording:
+    store: Path
+    session: str
+    histories: dict[str, list[dict[str, Any]]]  # the agent's conversation per query
+    tool_calls: list[tuple[str, str]]  # what reached the tool server
+
+
+def record(script: Script, store: Path, *, variant: str = "pipeline", qids: list[str] | None = None,
+           threads: int = 2) -> Recording:
+    """Run the queries through a real ``stbproxy serve`` into one session.
+
+    ``pipeline``: as StableToolBench's pipeline runs behind a virtual server: virtual mode,
+    the agent's LLM calls passed through (and logged), tool calls as ``POST /virtual`` to
+    the proxy, which asks the ToolBench-style tool server on a miss. ``http``: record
+    mode, the LLM calls recorded as entries and streamed, tool calls as RapidAPI-style
+    HTTP through the proxy.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant is one of {VARIANTS}")
+    qids = qids or sorted(script.items)
+    with FakeOpenAI(PipelineLlm(script)) as llm, ToolServer(script) as tools:
+        if variant == "pipeline":
+            # Strict validity: one observation ("simulated 7fe500b236bc") holds "500", which
+            # StableToolBench's substring rules would take for a failure.
+            args = ["--passthrough", "127.0.0.1", "--validity", "strict", "--toolbench-url", f"{tools.url}/virtual"]
+        else:
+            args = ["--mode", "record"]
+        with ServeProcess(store, "--session", SESSION, "--simulator", "off", *args) as proxy:
+            options: dict[str, Any] = {"llm_base_url": llm.base_url, "proxy_url": proxy.url}
+            if variant == "pipeline":
+                options.update(tools="virtual", service_url=f"{proxy.url}/virtual")
+            else:
+                options.update(tools="rapidapi", tool_base=tools.url, stream=True)
+            histories = run_queries(script, qids, threads=threads, **options)
+        assert not llm.errors, llm.errors[0]
+        return Recording(store, SESSION, histories, list(tools.calls))
+
+
+if __name__ == "__main__":  # python -m tests.pipeline_run FILE [pipeline|http]
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.conftest import STB_DATA
+
+    target = Path(sys.argv[1]).resolve()
+    with tempfile.TemporaryDirectory() as folder:
+        made = record(Script.load(STB_DATA), Path(folder) / "store", variant=sys.argv[2] if len(sys.argv) > 2 else "pipeline")
+        subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", made.session,
+                        "--store", str(made.store), "-o", str(target)], check=True)
