@@ -268,6 +268,7 @@ def run_queries(script: Script, qids: list[str], *, threads: int = 2, **options:
 
 @dataclass
 class Recording:
+    variant: str
     store: Path
     session: str
     histories: dict[str, list[dict[str, Any]]]  # the agent's conversation per query
@@ -302,7 +303,7 @@ def record(script: Script, store: Path, *, variant: str = "pipeline", qids: list
                 options.update(tools="rapidapi", tool_base=tools.url, stream=True)
             histories = run_queries(script, qids, threads=threads, **options)
         assert not llm.errors, llm.errors[0]
-        return Recording(store, SESSION, histories, list(tools.calls))
+        return Recording(variant, store, SESSION, histories, list(tools.calls))
 
 
 if __name__ == "__main__":  # python -m tests.pipeline_run FILE [pipeline|http]
