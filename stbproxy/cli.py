@@ -476,20 +476,11 @@ def _known_session(db, raw: str) -> str:
 def _session_exchanges(db, name: str, skipped: list[str]) -> list:
     """The stored exchanges a session's log points at, in its order; a record whose
     answer is gone (or damaged) is noted in ``skipped`` and left out."""
-    out = []
-    for record in db.session_records(name):
-        key = record.get("key") or ""
-        try:
-            exchange = db.get(key) if key else None
-        except StbError as exc:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
-            continue
-        if exchange is None:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
-                           f"its answer is not stored ({key or 'never kept'})")
-            continue
-        out.append(exchange)
-    return out
+    from stbproxy.conversation_export import session_exchanges
+
+    exchanges, missing = session_exchanges(db, name)
+    skipped.extend(missing)
+    return exchanges
 
 
 def _matches(exchange, pattern: str) -> bool:
