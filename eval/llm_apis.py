@@ -23,7 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .messages import text_of
@@ -47,7 +47,6 @@ class LlmCall:
     reply: dict[str, Any] | None  # the assistant message; None when the call failed
     error: str | None = None  # why a 2xx answer could not be read (then reply is None)
     response_id: str | None = None  # Responses API: what a later request may continue from
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def api_of(method: str, path: str, body: Any) -> str | None:
