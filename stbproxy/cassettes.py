@@ -10,8 +10,8 @@ loader, which refuses ``!!python/object`` and friends instead of constructing th
 from __future__ import annotations
 
 import gzip
-import json
 import io
+import json
 import os
 import re
 import tempfile
@@ -295,7 +295,6 @@ def _stand_in_api(request: Request) -> tuple[ApiRef, dict] | None:
     if len(parts) != 3 or not isinstance(args, dict):
         return None
     return ApiRef(*parts), args
-
 
 
 def _grouped(headers: Headers) -> dict[str, list[str]]:
