@@ -5,6 +5,8 @@ Two recordings of StableToolBench's twelve pipeline answers, each made on two th
 into one session of a real ``stbproxy serve`` (tests/pipeline_run.py): ``pipeline``
 (virtual mode, LLM calls passed through and logged, tools over POST /virtual) and
 ``http`` (record mode, LLM calls recorded and streamed, RapidAPI-style tool calls).
+Each recording starts a real proxy and takes a few seconds, so each is made once for
+the module; the offline checks of the same run are in tests/stbeval.
 """
 
 from __future__ import annotations
