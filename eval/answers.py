@@ -18,7 +18,9 @@ from typing import Any, Iterable, Iterator
 from .cassettes import CASSETTE_SUFFIXES, load_cassette, load_session
 from .errors import InputError
 from .model import Answer, AnswerSet, Problem, function_schemas, main_path, tree_problem
+from .queries import QueryIndex
 from .toolbench import convert_raw
+from .trajectories import Named
 
 # Group names as StableToolBench spells them (G1_instruction, G2_category, ...).
 GROUP_RE = re.compile(r"^G\d+_\w+$")
@@ -56,42 +58,83 @@ def load_ids(path: str | Path) -> dict[str, list[str]]:
 
 # --- answers ------------------------------------------------------------------------
 
-def load_answers(path: str | Path, *, seed: int = 0) -> AnswerSet:
+def load_answers(path: str | Path, *, seed: int = 0, queries: QueryIndex | None = None) -> AnswerSet:
     """Load converted answers, raw ToolBench answers or cassettes from a file or folder.
 
     Layouts: a converted group file ``<group>.json``; a folder of them; a folder of raw
     answers ``<qid>_<method>.json``; a folder of cassettes ``<qid>.yaml|json``; a folder
-    of session folders ``<qid>/`` holding cassettes; and folders of any of these named by
-    group (``G1_instruction/``). ``seed`` makes the raw answers' path choice repeatable.
+    of session folders ``<qid>/`` holding cassettes; a cassette holding many
+    conversations; and folders of any of these named by group (``G1_instruction/``).
+    ``seed`` makes the raw answers' path choice repeatable; ``queries`` names recorded
+    conversations by the query their task states (trajectories.py).
     """
     path = Path(path)
     result = AnswerSet()
+    reader = _Reader(result, seed, queries)
     if path.is_file():
-        _load_file(path, _group_of(path.parent), result, seed)
+        reader.file(path, _group_of(path.parent))
     elif path.is_dir():
-        _load_dir(path, _group_of(path), result, seed, top=True)
+        reader.folder(path, _group_of(path), top=True)
     else:
         raise InputError(f"{path}: no such answers file or folder")
     return result
+
+
+def add_named(out: AnswerSet, group: str | None, named: list[Named], notes: list[str]) -> None:
+    """Add answers read from traffic; a query's own group wins over the folder's."""
+    for own_group, item in named:
+        out.add(own_group or group, item)
+    out.problems.extend(notes)
 
 
 def _group_of(folder: Path) -> str | None:
     return folder.name if GROUP_RE.match(folder.name) else None
 
 
-def _load_dir(folder: Path, group: str | None, out: AnswerSet, seed: int, *, top: bool) -> None:
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.startswith("."):
-            continue
-        if entry.is_dir():
-            if not GROUP_RE.match(entry.name) and _is_session(entry):
-                out.add(group, load_session(entry, entry.name))
-            elif top:
-                _load_dir(entry, entry.name, out, seed, top=False)
+class _Reader:
+    def __init__(self, out: AnswerSet, seed: int, queries: QueryIndex | None) -> None:
+        self.out, self.seed, self.queries = out, seed, queries
+
+    def folder(self, folder: Path, group: str | None, *, top: bool) -> None:
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                if not GROUP_RE.match(entry.name) and _is_session(entry):
+                    add_named(self.out, group, *load_session(entry, entry.name, self.queries))
+                elif top:
+                    self.folder(entry, entry.name, top=False)
+                else:
+                    self.out.problems.append(f"{entry}: nested folder ignored (expected answer files)")
+            elif entry.suffix in (".json", *CASSETTE_SUFFIXES):
+                self.file(entry, group)
+
+    def file(self, path: Path, group: str | None) -> None:
+        out = self.out
+        if path.suffix in CASSETTE_SUFFIXES:
+            add_named(out, group, *load_cassette(path, path.stem, self.queries))
+            return
+        try:
+            data = _read_json(path)
+        except InputError as exc:
+            qid = _raw_qid(path)
+            if qid is not None:
+                out.add(group, Problem(qid, str(exc), str(path)))
             else:
-                out.problems.append(f"{entry}: nested folder ignored (expected answer files)")
-        elif entry.suffix in (".json", *CASSETTE_SUFFIXES):
-            _load_file(entry, group, out, seed)
+                out.problems.append(str(exc))
+            return
+        if isinstance(data, dict) and "interactions" in data:
+            add_named(out, group, *load_cassette(path, path.stem, self.queries))
+        elif isinstance(data, dict) and "answer_generation" in data:
+            qid = _raw_qid(path) or path.stem
+            method = path.stem.partition("_")[2] or "unknown"
+            out.add(group, convert_raw(data, qid=qid, method=method, seed=self.seed, where=str(path)))
+        elif isinstance(data, dict):
+            file_group = path.stem if GROUP_RE.match(path.stem) or group is None else group
+            for item in iter_converted(data, str(path)):
+                out.add(file_group, item)
+        else:
+            out.problems.append(f"{path}: not an answer file (expected a JSON object)")
 
 
 def _is_session(folder: Path) -> bool:
@@ -105,33 +148,6 @@ def _peek_is_cassette(path: Path) -> bool:
     with path.open("rb") as fh:
         head = fh.read(4096)
     return b'"interactions"' in head
-
-
-def _load_file(path: Path, group: str | None, out: AnswerSet, seed: int) -> None:
-    if path.suffix in CASSETTE_SUFFIXES:
-        out.add(group, load_cassette(path, path.stem))
-        return
-    try:
-        data = _read_json(path)
-    except InputError as exc:
-        qid = _raw_qid(path)
-        if qid is not None:
-            out.add(group, Problem(qid, str(exc), str(path)))
-        else:
-            out.problems.append(str(exc))
-        return
-    if isinstance(data, dict) and "interactions" in data:
-        out.add(group, load_cassette(path, path.stem))
-    elif isinstance(data, dict) and "answer_generation" in data:
-        qid = _raw_qid(path) or path.stem
-        method = path.stem.partition("_")[2] or "unknown"
-        out.add(group, convert_raw(data, qid=qid, method=method, seed=seed, where=str(path)))
-    elif isinstance(data, dict):
-        file_group = path.stem if GROUP_RE.match(path.stem) or group is None else group
-        for item in iter_converted(data, str(path)):
-            out.add(file_group, item)
-    else:
-        out.problems.append(f"{path}: not an answer file (expected a JSON object)")
 
 
 def _raw_qid(path: Path) -> str | None:

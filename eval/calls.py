@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import inspect
 import io
 import json
 import tokenize
@@ -32,10 +31,10 @@ from typing import Any, Iterable
 
 from stbcore.arguments import SECRET_FIELDS, arguments_digest, canonical_arguments
 
-from .answers import load_answers
 from .errors import InputError
 from .model import FINISH, Answer, AnswerSet, main_path, parse_finish, step_name
 from .rouge import rouge_l
+from .sources import load_queries, load_source
 
 ABSENT = "<absent>"
 # Reference answers keep each tool message as the text of a Python dict, cut to 100
@@ -346,16 +345,11 @@ def left_out_fields(volatile: Iterable[str] = ()) -> frozenset[str]:
     return SECRET_FIELDS | frozenset(name.lower() for name in volatile)
 
 
-def load_side(path: str | Path, *, seed: int = 0, queries: Iterable[str | Path] = ()) -> AnswerSet:
-    """Anything ``eval`` reads, as the answer loader reads it.
-
-    ``queries`` (StableToolBench query files) name the conversations of cassettes and
-    sessions that hold many of them; they need an answer loader that reads such sources.
-    """
-    queries = list(queries)
-    if not queries:
-        return load_answers(path, seed=seed)
-    if "queries" not in inspect.signature(load_answers).parameters:
-        raise InputError("--queries names the conversations of multi-conversation cassettes and sessions, "
-                         "which this version of the answer loader does not read")
-    return load_answers(path, seed=seed, queries=queries)
+def load_side(source: str | Path, *, seed: int = 0, queries: Iterable[str | Path] = ()) -> AnswerSet:
+    """Anything ``eval`` reads: a file or folder, or a recording the embedding tool
+    resolves (a session of stbproxy's store). ``queries`` (StableToolBench query files)
+    name the conversations of cassettes and sessions that hold many of them."""
+    index, problems = load_queries(queries)
+    answers = load_source(str(source), seed=seed, queries=index)
+    answers.problems[:0] = problems
+    return answers

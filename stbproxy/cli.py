@@ -383,13 +383,18 @@ def _session_summary(name: str, records) -> dict:
 @click.option("--session", "session", default=None, metavar="NAME", help="Export this session, in its order.")
 @click.option("--all", "pattern", default=None, metavar="GLOB",
               help="Export every stored exchange whose host, category/tool/api or key matches the glob.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Cassette file [default: <session>.yaml, or export.yaml for --all, in this directory].")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Cassette file [default: <session>.yaml, or export.yaml for --all, in this directory]; "
+                   "with --by-conversation, a folder [default: <session>].")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default=None,
               help="Cassette format [default: json for a .json output, else yaml].")
 @click.option("--exclude-simulated", is_flag=True, help="Leave out answers the simulator made up.")
+@click.option("--by-conversation", is_flag=True,
+              help="With --session: one cassette per agent conversation, named by query id (--queries) or digest.")
+@click.option("--queries", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="StableToolBench query files naming conversations by query id (with --by-conversation). Repeatable.")
 @store_option
-def export(session, pattern, output, fmt, exclude_simulated, store):
+def export(session, pattern, output, fmt, exclude_simulated, by_conversation, queries, store):
     """Write a vcrpy cassette (format version 1) that plain vcrpy replays.
 
     Secrets are redacted (again); each answer's origin is kept in an X-Stb-Source
@@ -401,6 +406,7 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
       stbproxy export --session run-42 -o run.json --exclude-simulated
       stbproxy export --all 'api.weather.com' -o weather.yaml
       stbproxy export --all 'Data/*' -o data-apis.yaml  # category/tool/api of catalog APIs
+      stbproxy export --session run-42 --by-conversation --queries G1_instruction.json -o run-42/
     """
     from stbproxy import cassettes
     from stbproxy.sessions import safe_session_name
@@ -408,6 +414,10 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
 
     if (session is None) == (pattern is None):
         fail("give exactly one of --session NAME or --all GLOB")
+    if by_conversation and session is None:
+        fail("--by-conversation needs --session NAME")
+    if output is not None and output.is_dir() and not by_conversation:
+        fail(f"{output} is a folder; give a cassette file name")
     skipped: list[str] = []
     try:
         with Store(store, readonly=True) as db:
@@ -421,6 +431,9 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
         total = len(exchanges)
         if exclude_simulated:
             exchanges = [ex for ex in exchanges if ex.source.value not in ("simulated", "simulated-error")]
+        if by_conversation:
+            return _export_conversations(exchanges, output or Path(safe_session_name(name)), fmt, queries,
+                                         name, skipped)
         written = cassettes.write_cassette(output, exchanges, cassettes.format_for(output, fmt))
     except StbError as exc:
         fail(str(exc))
@@ -431,6 +444,22 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
     left_out = f", {total - written} simulated left out" if exclude_simulated else ""
     click.echo(f"wrote {written} interactions to {output}{left_out}"
                + (f", {len(skipped)} skipped" if skipped else ""))
+
+
+def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skipped: list[str]) -> None:
+    from stbeval.errors import EvalError
+    from stbeval.sources import load_queries
+    from stbproxy.conversation_export import export_by_conversation
+
+    try:
+        index, problems = load_queries(queries)
+    except EvalError as exc:
+        fail(str(exc))
+    result = export_by_conversation(exchanges, folder, fmt=fmt or "yaml", queries=index, where=f"session {name}")
+    for line in [*problems, *result.notes, *(f"skipped: {s}" for s in skipped)]:
+        click.echo(f"  {line}", err=True)
+    total = sum(count for _path, count in result.written)
+    click.echo(f"wrote {len(result.written)} cassettes ({total} interactions) to {folder}")
 
 
 def _known_session(db, raw: str) -> str:
@@ -447,20 +476,11 @@ def _known_session(db, raw: str) -> str:
 def _session_exchanges(db, name: str, skipped: list[str]) -> list:
     """The stored exchanges a session's log points at, in its order; a record whose
     answer is gone (or damaged) is noted in ``skipped`` and left out."""
-    out = []
-    for record in db.session_records(name):
-        key = record.get("key") or ""
-        try:
-            exchange = db.get(key) if key else None
-        except StbError as exc:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
-            continue
-        if exchange is None:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
-                           f"its answer is not stored ({key or 'never kept'})")
-            continue
-        out.append(exchange)
-    return out
+    from stbproxy.conversation_export import session_exchanges
+
+    exchanges, missing = session_exchanges(db, name)
+    skipped.extend(missing)
+    return exchanges
 
 
 def _matches(exchange, pattern: str) -> bool:
@@ -682,6 +702,29 @@ def _interactions_of(path: Path, problems: list[str]):
 from stbeval.cli import eval_group  # noqa: E402  (stbeval never imports the proxy side)
 
 main.add_command(eval_group, name="eval")
+
+
+def _sessions_as_answers(group: click.Group) -> None:
+    """`stbproxy eval` reads a session of the store wherever it reads answers (--store)."""
+    from stbeval.sources import add_resolver
+    from stbproxy.conversation_export import session_document
+
+    chosen = {"store": Path(".stbproxy") / "store"}
+
+    def remember(_ctx, _param, value):
+        chosen["store"] = value
+        return value
+
+    for command in group.commands.values():
+        if any(p.name in ("answers", "candidate", "reference") for p in command.params):
+            command.params.append(click.Option(
+                ["--store"], type=click.Path(file_okay=False, path_type=Path), default=chosen["store"],
+                envvar="STBPROXY_STORE", show_default=True, expose_value=False, callback=remember,
+                help="The store whose sessions --answers (--candidate, --reference) may name."))
+    add_resolver(lambda name: session_document(chosen["store"], name))
+
+
+_sessions_as_answers(eval_group)
 
 
 if __name__ == "__main__":

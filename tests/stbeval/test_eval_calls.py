@@ -9,7 +9,6 @@ reference answers (tool messages kept as Python-dict text cut to 100 characters)
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import subprocess
 import sys
@@ -379,14 +378,11 @@ def test_pytest_shows_the_mismatches_in_the_failure(pipeline, tmp_path):
     assert "argument:page: golden '1', got '3'" in run.stdout
 
 
-def test_queries_option_needs_a_loader_that_reads_conversations(pipeline, tmp_path):
+def test_queries_option_names_the_conversations(pipeline, tmp_path):
     folder, raws = pipeline
     queries = REPO.parent / "shared" / "data" / "stabletoolbench" / "solvable_queries" / "test_instruction" / "G1_instruction.json"
     result = CliRunner().invoke(eval_group, ["calls", "--answers", str(folder), "--reference", str(folder), "--ids",
                                              str(ids_file(tmp_path, raws)), "--out", str(tmp_path / "o"),
                                              "--queries", str(queries)])
-    if "queries" in inspect.signature(load_answers).parameters:
-        assert result.exit_code == 0, result.output
-        assert row(result.stdout)[5] == "100.0"
-    else:
-        assert result.exit_code == 1 and "--queries names the conversations" in result.output
+    assert result.exit_code == 0, result.output
+    assert row(result.stdout)[5] == "100.0"
