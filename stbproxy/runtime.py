@@ -12,7 +12,9 @@ from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
+from stbproxy.shared_store import SharedTier
 from stbproxy.store import Store
+from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
 
@@ -60,6 +62,9 @@ class Runtime:
                                        ordered=settings.ordered)
         else:
             self.store = Store(settings.store)
+            shared = settings.shared_url()
+            if shared is not None:  # read local, then shared; write both (tiered_store.py)
+                self.store = TieredStore(self.store, SharedTier(shared), wait_limit=settings.upstream_timeout)
         try:
             self.upstream = Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
@@ -81,6 +86,8 @@ class Runtime:
         finally:
             if isinstance(self.store, CassetteStore):
                 self._report_playback(self.store)
+            elif isinstance(self.store, TieredStore):
+                await self.store.aclose()  # pushes what is queued for the shared tier first
             else:
                 self.store.close()
 
