@@ -531,15 +531,19 @@ class SharedBulk:
                 yield key.decode()
 
     def key_count(self) -> int:
-        """Keys in the database (all of them; cluster: summed over primaries)."""
-        result = self._call(self._client.dbsize)
+        """Keys in the database (all of them; a cluster's summed over its primaries)."""
+        result = self._call(self._client.dbsize, **self._everywhere())
         return sum(result.values()) if isinstance(result, dict) else int(result)
 
     def memory(self) -> int:
-        info = self._call(self._client.info, "memory")
+        """Bytes the server uses (a cluster's summed over its primaries)."""
+        info = self._call(self._client.info, "memory", **self._everywhere())
         if self.url.cluster:
             return sum(int(node.get("used_memory", 0)) for node in info.values())
         return int(info.get("used_memory", 0))
+
+    def _everywhere(self) -> dict:
+        return {"target_nodes": redis.cluster.RedisCluster.PRIMARIES} if self.url.cluster else {}
 
     # sessions, counters, catalog ------------------------------------------------------------------
     def append_sessions(self, records: Iterable[tuple[str, bytes]]) -> None:
