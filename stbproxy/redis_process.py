@@ -100,7 +100,7 @@ class RedisProcess:
 
     def cli(self, *args: str) -> str:
         out = subprocess.run([redis_binary("redis-cli"), "-p", str(self.port), *args], capture_output=True,
-                             text=True, timeout=30)
+                             encoding="utf-8", errors="replace", timeout=30)
         return out.stdout
 
     def stop(self) -> None:

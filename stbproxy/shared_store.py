@@ -170,7 +170,7 @@ def make_async_client(url: SharedUrl):
 
 
 def make_client(url: SharedUrl):
-    options = _client_options(url)
+    options = dict(_client_options(url), retry=Retry(NoBackoff(), 0))  # a command fails with its first error
     if url.cluster:
         nodes = [redis.cluster.ClusterNode(host, port) for host, port in url.nodes]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **options)

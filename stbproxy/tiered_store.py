@@ -78,9 +78,10 @@ class TieredStore:
             lease = await self.shared.take_lease(key)
             if lease is not None:
                 try:
-                    if lease is not NO_LEASE:  # it may have been answered just before the lease was free
+                    if lease is not NO_LEASE:  # answered by the proxy whose lease this was before?
                         found = await self._found(key)
                         if found is not None:
+                            self.shared.count("calls_saved")
                             return found
                     result = await work()
                     await self.shared.flushed()  # the answer is shared before the lease goes
