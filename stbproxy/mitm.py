@@ -285,12 +285,14 @@ class _ReadyLine:
         self.on_ready = on_ready
         self.stb = stb
 
-    def running(self) -> None:
+    async def running(self) -> None:
+        runtime = self.stb.runtime
+        if runtime is not None:
+            await runtime.ready()  # a shared tier has had its first try at connecting
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
         server = ctx.master.addons.get("proxyserver")
-        runtime = self.stb.runtime
         details = f"simulator {runtime.simulator_description}" if runtime is not None else ""
         for host, port, *_ in server.listen_addrs():
             self.on_ready(host, port, details)

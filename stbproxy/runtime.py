@@ -77,6 +77,11 @@ class Runtime:
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
 
+    async def ready(self) -> None:
+        """Wait (bounded) until a shared tier has tried to connect, so the first requests use it."""
+        if isinstance(self.store, TieredStore):
+            await self.store.shared.connected()
+
     async def aclose(self) -> None:
         try:
             await self.upstream.aclose()

@@ -248,6 +248,7 @@ class SharedTier:
         self._tasks: list[asyncio.Task] = []
         self._wake: asyncio.Event | None = None
         self._progress: asyncio.Event | None = None
+        self._first_try: asyncio.Event | None = None
 
     # start and stop -----------------------------------------------------------------------
     def start(self) -> None:
@@ -256,9 +257,18 @@ class SharedTier:
             return
         asyncio.get_running_loop()  # only from the proxy's loop
         self._started = True
-        self._wake, self._progress = asyncio.Event(), asyncio.Event()
+        self._wake, self._progress, self._first_try = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._away_since = time.monotonic()
         self._tasks = [asyncio.ensure_future(self._connect_loop(first=True)), asyncio.ensure_future(self._write_loop())]
+
+    async def connected(self, timeout: float = OP_TIMEOUT * 3) -> bool:
+        """Start, and wait until the first connection attempt has ended (True: the tier is up)."""
+        self.start()
+        try:
+            await asyncio.wait_for(self._first_try.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.up
 
     async def aclose(self, flush_seconds: float = 2.0) -> None:
         """Push what is queued (for a bounded time), then close the connection."""
@@ -419,6 +429,7 @@ class SharedTier:
                 await asyncio.wait_for(client.ping(), OP_TIMEOUT)
             except FAILURES as exc:
                 await _close_quietly(client)
+                self._first_try.set()
                 if first and failures == 0:
                     log.warning("shared tier %s is not reachable (%s): answering from the local tier and "
                                 "retrying", self.url.redacted, self._describe(exc))
@@ -426,6 +437,7 @@ class SharedTier:
                 continue
             self._client = client
             self.up = True
+            self._first_try.set()
             away = time.monotonic() - (self._away_since or time.monotonic())
             if first and failures == 0:
                 log.info("shared tier %s connected", self.url.redacted)
