@@ -617,7 +617,7 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, bulk=N
             db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
             summary.imported += len(fresh)
             if bulk is not None:  # every record, not only the fresh ones: the shared tier may lack them
-                summary.shared_added += bulk.put_many(encoded.records, only_new=True)
+                summary.shared_added += bulk.put_many(encoded.records)
                 summary.shared_sent += len(encoded.records)
             bar.update(1)
             bar.set_postfix(entries=summary.entries, refresh=False)
@@ -757,7 +757,7 @@ class _SharedCopies:
 
     def flush(self) -> int:
         if self.bulk is not None:
-            self.added += self.bulk.put_many(self.entries, only_new=True)
+            self.added += self.bulk.put_many(self.entries)
             self.bulk.append_sessions(self.sessions)
             self.entries, self.sessions = [], []
         return self.added

@@ -53,6 +53,8 @@ LEASE_TTL = 10.0  # a dead holder's lease lets the next proxy go after this long
 QUEUE_LIMIT = 100_000  # writes kept while the tier is away ...
 QUEUE_BYTES = 256 * 1024 * 1024  # ... and their bytes; beyond either, writes are dropped (counted)
 BATCH = 256  # writes per pipelined round trip
+PUT_NEW_SCRIPT = ("local n = 0 for i = 1, #KEYS do "
+                  "if redis.call('SET', KEYS[i], ARGV[i], 'NX') then n = n + 1 end end return n")
 BACKOFF = ExponentialBackoff(cap=1.0, base=0.05)  # reconnect delays: 0.1, 0.2, 0.4, 0.8, 1, 1, ... s
 
 
@@ -479,6 +481,7 @@ class SharedBulk:
     def __init__(self, url: SharedUrl) -> None:
         self.url = url
         self._client = make_client(url)
+        self._put_new = None  # the registered PUT_NEW_SCRIPT
         self._call(self._client.ping)
 
     def close(self) -> None:
@@ -510,18 +513,22 @@ class SharedBulk:
             return self._call(self._client.mget_nonatomic, keys)
         return self._call(self._client.mget, keys)
 
-    def put_many(self, records: Iterable[tuple[str, bytes]], *, only_new: bool = True) -> int:
-        """Write records in one pipelined round trip; how many were written (with ``only_new``,
-        keys already there are left alone, so running it twice writes nothing)."""
-        pipe = self._client.pipeline(transaction=False)
-        count = 0
-        for key, value in records:
-            pipe.set(key, value, nx=only_new)
-            count += 1
-        if not count:
+    def put_many(self, records: list[tuple[str, bytes]]) -> int:
+        """Write the records the shared tier does not hold yet (keys already there are left
+        alone, so running it twice writes nothing), in one round trip; how many were new.
+        On one server a short Lua script does the SET NX loop (a third of the client's work
+        of one pipelined command per record); a cluster spreads keys over nodes, so it
+        gets the pipeline."""
+        if not records:
             return 0
-        results = self._call(pipe.execute)
-        return sum(1 for r in results if r)
+        if not self.url.cluster:
+            if self._put_new is None:
+                self._put_new = self._client.register_script(PUT_NEW_SCRIPT)
+            return int(self._call(self._put_new, keys=[k for k, _ in records], args=[v for _, v in records]))
+        pipe = self._client.pipeline(transaction=False)
+        for key, value in records:
+            pipe.set(key, value, nx=True)
+        return sum(1 for r in self._call(pipe.execute) if r)
 
     def delete(self, keys: list[str]) -> int:
         pipe = self._client.pipeline(transaction=False)

@@ -58,7 +58,7 @@ def push(local: Store, shared: SharedBulk, progress: Callable[[int], None] = lam
                     summary.damaged.append(str(exc))
                     continue
                 good.append((key, value))
-            added = shared.put_many(good, only_new=True)
+            added = shared.put_many(good)
             summary.seen += len(batch)
             summary.copied += added
             summary.already += len(good) - added
