@@ -274,8 +274,14 @@ class SharedTier:
 
     async def aclose(self, flush_seconds: float = 2.0) -> None:
         """Push what is queued (for a bounded time), then close the connection."""
-        if self._started and self.up and self._queue:
+        if self._started and self.up and (self._queue or self._unflushed):
             await self.flushed(timeout=flush_seconds)
+            if self.up and self._unflushed:  # the last counts, with no write to carry them
+                counters, self._unflushed = self._unflushed, Counter()
+                try:
+                    await self._execute([], counters)
+                except FAILURES:
+                    pass
         self._closing = True
         for task in self._tasks:
             task.cancel()
@@ -313,6 +319,8 @@ class SharedTier:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
         self._unflushed[name] += n
+        if self._wake is not None:
+            self._wake.set()  # added to the fleet's counters with the next batch
 
     def _enqueue(self, size: int, command: tuple) -> None:
         self.start()
@@ -412,6 +420,7 @@ class SharedTier:
             return
         self.up = False
         self._away_since = time.monotonic()
+        self._kept_while_away = len(self._queue)  # pushed when the tier is back
         log.warning("shared tier %s is away (%s): answering from the local tier, keeping writes "
                     "(up to %d) and reconnecting", self.url.redacted, self._describe(exc), self.queue_limit)
         self.count("outages")

@@ -12,7 +12,7 @@ import pytest
 
 from stbproxy.errors import ConfigError, StoreError
 from stbproxy.redis_process import RedisProcess
-from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, SharedBulk, SharedTier, parse_shared_url,
+from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, Lease, SharedBulk, SharedTier, parse_shared_url,
                                    redact_shared_url)
 
 
@@ -296,3 +296,41 @@ def test_rediss_url_talks_tls_and_checks_the_certificate(redis_server, test_ca):
         assert asyncio.run(main(f"rediss://127.0.0.1:{front.port}/0")) is False
     finally:
         front.close()
+
+
+def test_the_documented_acl_user_can_do_everything_the_fleet_does(redis_server):
+    """docs/scale.md's ACL line, applied to a real server: the proxy's and the commands'
+    operations all work as that user (and nothing is counted as refused)."""
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "scale.md").read_text()
+    line = next(text.strip() for text in doc.splitlines() if text.strip().startswith("ACL SETUSER stbproxy"))
+    assert redis_server.cli(*shlex.split(line.replace("LONG-RANDOM-PASSWORD", "acl-pw"))).strip() == "OK"
+    url = parse_shared_url(f"redis://stbproxy:acl-pw@127.0.0.1:{redis_server.port}/0")
+
+    async def main():
+        tier = await connected(SharedTier(url))
+        assert tier.up
+        tier.set("api/c/t/a/1", b"entry")
+        tier.append_session("run", b"{}")
+        tier.count("calls_saved")
+        lease = await tier.take_lease("api/c/t/a/2")
+        assert isinstance(lease, Lease)
+        await lease.release()
+        assert await tier.flushed() and await tier.get("api/c/t/a/1") == b"entry"
+        await tier.aclose()
+        return tier.counters
+
+    counters = asyncio.run(main())
+    assert not counters["errors"] and not counters["writes_refused"]
+    with SharedBulk(url) as bulk:
+        assert bulk.put_many([("http/h/GET/p/1", b"v"), ("api/c/t/a/1", b"other")]) == 1
+        assert sorted(bulk.keys(["http/", "api/"])) == ["api/c/t/a/1", "http/h/GET/p/1"]
+        assert bulk.get_many(["api/c/t/a/1"]) == [b"entry"]
+        assert bulk.key_count() >= 4 and bulk.memory() > 0
+        assert bulk.counters()["calls_saved"] == 1 and bulk.session_names() == ["run"]
+        bulk.put_document("stbproxy:catalog", b"{}")
+        # outside stbproxy's keys the user can do nothing
+        with pytest.raises(StoreError, match="NOPERM|permission"):
+            bulk.put_document("other-app:key", b"x")
