@@ -571,14 +571,10 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
     try:
         files = stb_cache.cache_files(cache_dir)
         catalog_file = catalog_path_for(store)
-        with Store(store) as db:
-            bulk = _open_bulk(shared)
-            try:
-                summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
-                                          include_invalid, jobs, bulk)
-            finally:
-                if bulk is not None:
-                    bulk.close()
+        with Store(store) as db, _SharedImport(shared) as writer:
+            summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
+                                      include_invalid, jobs, writer)
+        summary.shared_added = writer.added
     except StbError as exc:
         fail(str(exc))
     click.echo(f"files: {summary.files}, entries read: {summary.entries}")
@@ -593,7 +589,32 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
         click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
 
 
-def _import_entries(db, files, root, catalog_file, include_invalid, jobs, bulk=None):
+class _SharedImport:
+    """The shared tier's writer during an import (a no-op without --shared)."""
+
+    def __init__(self, shared: str | None) -> None:
+        self.bulk = _open_bulk(shared)
+        self.writer = self.bulk.writer() if self.bulk is not None else None
+        self.added = 0
+
+    def put(self, records) -> None:
+        if self.writer is not None:
+            self.writer.put(records)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.__exit__(*exc_info)
+            self.added = self.writer.added
+        finally:
+            self.bulk.close()
+
+
+def _import_entries(db, files, root, catalog_file, include_invalid, jobs, shared=None):
     import time
 
     from tqdm import tqdm
@@ -616,8 +637,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, bulk=N
                     fresh[key] = value
             db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
             summary.imported += len(fresh)
-            if bulk is not None:  # every record, not only the fresh ones: the shared tier may lack them
-                summary.shared_added += bulk.put_many(encoded.records)
+            if shared is not None and shared.writer is not None:
+                shared.put(encoded.records)  # every record, not only the fresh ones: the shared tier may lack them
                 summary.shared_sent += len(encoded.records)
             bar.update(1)
             bar.set_postfix(entries=summary.entries, refresh=False)
@@ -835,6 +856,7 @@ def sync(store, shared, do_push, do_pull):
     if not (do_push or do_pull):
         fail("give --push, --pull or both")
     catalog = catalog_path_for(store)
+    damaged: list[str] = []
     try:
         with Store(store) as db, _open_bulk(shared) as bulk:
             if do_push:
@@ -842,6 +864,7 @@ def sync(store, shared, do_push, do_pull):
                           dynamic_ncols=True) as bar:
                     summary = tier_sync.push(db, bulk, bar.update)
                 click.echo(summary.line("push"))
+                damaged += summary.damaged
                 if catalog.exists():
                     tier_sync.push_catalog(bulk, catalog.read_bytes())
                     click.echo(f"catalog {catalog} published")
@@ -849,13 +872,14 @@ def sync(store, shared, do_push, do_pull):
                 with tqdm(unit="rec", desc="pull", disable=None, dynamic_ncols=True) as bar:
                     summary = tier_sync.pull(db, bulk, bar.update)
                 click.echo(summary.line("pull"))
+                damaged += summary.damaged
                 document = tier_sync.shared_catalog(bulk)
                 if document is not None and not catalog.exists():
                     catalog.write_bytes(document)
                     click.echo(f"catalog fetched to {catalog}")
     except StbError as exc:
         fail(str(exc))
-    for problem in summary.damaged[:20]:
+    for problem in damaged[:20]:
         click.echo(f"  damaged: {problem}", err=True)
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
+import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -539,6 +541,10 @@ class SharedBulk:
             pipe.set(key, value, nx=True)
         return sum(1 for r in self._call(pipe.execute) if r)
 
+    def writer(self) -> BulkWriter:
+        """put_many on a thread of its own, so the caller's work overlaps the round trips."""
+        return BulkWriter(self)
+
     def delete(self, keys: list[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
         for key in keys:
@@ -600,6 +606,54 @@ class SharedBulk:
 
     def put_document(self, key: str, value: bytes) -> None:
         self._call(self._client.set, key, value)
+
+
+class BulkWriter:
+    """Hands batches to a thread that writes them with ``put_many`` (bounded: a caller
+    faster than the server waits); ``added`` counts the new records once it is closed.
+    The first error stops the writing and is raised to the caller."""
+
+    def __init__(self, bulk: SharedBulk, depth: int = 8) -> None:
+        self.bulk = bulk
+        self.added = 0
+        self._batches: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="stbproxy-shared-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, records: list[tuple[str, bytes]]) -> None:
+        self._raise()
+        if records:
+            self._batches.put(records)
+
+    def _run(self) -> None:
+        while (records := self._batches.get()) is not None:
+            if self._error is None:
+                try:
+                    self.added += self.bulk.put_many(records)
+                except BaseException as exc:  # handed to the caller's thread by _raise
+                    self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> int:
+        self._batches.put(None)
+        self._thread.join()
+        self._raise()
+        return self.added
+
+    def __enter__(self) -> BulkWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc_info) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # the caller failed: stop the thread, keep the caller's error
+            self._error = self._error or exc_type
+            self._batches.put(None)
+            self._thread.join()
 
 
 def _glob_escape(text: str) -> str:

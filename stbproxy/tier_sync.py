@@ -48,21 +48,24 @@ def local_count(local: Store) -> int:
 def push(local: Store, shared: SharedBulk, progress: Callable[[int], None] = lambda n: None) -> SyncSummary:
     """Copy every local record the shared tier lacks into it (pipelined, SET NX)."""
     summary = SyncSummary()
-    for prefix in COPIED_PREFIXES:
-        for batch in batches(local.records(prefix)):
-            good = []
-            for key, value in batch:
-                try:
-                    decode_exchange(key, value)
-                except StoreError as exc:
-                    summary.damaged.append(str(exc))
-                    continue
-                good.append((key, value))
-            added = shared.put_many(good)
-            summary.seen += len(batch)
-            summary.copied += added
-            summary.already += len(good) - added
-            progress(len(batch))
+    offered = 0
+    with shared.writer() as writer:  # reading and checking here overlaps the writes' round trips
+        for prefix in COPIED_PREFIXES:
+            for batch in batches(local.records(prefix)):
+                good = []
+                for key, value in batch:
+                    try:
+                        decode_exchange(key, value)
+                    except StoreError as exc:
+                        summary.damaged.append(str(exc))
+                        continue
+                    good.append((key, value))
+                writer.put(good)
+                offered += len(good)
+                summary.seen += len(batch)
+                progress(len(batch))
+    summary.copied = writer.added
+    summary.already = offered - writer.added
     return summary
 
 

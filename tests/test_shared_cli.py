@@ -146,11 +146,17 @@ def test_a_cluster_is_a_shared_tier_too(tmp_path, redis_cluster, stb_data, upstr
     assert f"{count} copied" in pulled.output
     with SharedBulk(parse_shared_url(url)) as bulk:
         assert bulk.key_count() == count
-    with ServeProcess(tmp_path / "m3" / "store", "--shared", url) as proxy, requests.Session() as client:
-        client.trust_env = False
-        first = client.get(upstream.url("/echo?cluster=1"), proxies={"http": proxy.url})
-    with ServeProcess(tmp_path / "m4" / "store", "--shared", url) as proxy, requests.Session() as client:
-        client.trust_env = False
-        second = client.get(upstream.url("/echo?cluster=1"), proxies={"http": proxy.url})
+    one = ServeProcess(tmp_path / "m3" / "store", "--shared", url).launch()
+    two = ServeProcess(tmp_path / "m4" / "store", "--shared", url).launch()
+    try:
+        one.wait_ready()
+        two.wait_ready()
+        with requests.Session() as client:
+            client.trust_env = False
+            first = client.get(upstream.url("/echo?cluster=1"), proxies={"http": one.url})
+            second = client.get(upstream.url("/echo?cluster=1"), proxies={"http": two.url})
+    finally:
+        one.stop()
+        two.stop()
     assert first.headers["X-Stb-Source"] == "upstream" and second.headers["X-Stb-Source"] == "cache"
     assert upstream.hits["/echo"] == 1
