@@ -170,6 +170,9 @@ class Bench:
 
     def run(self) -> int:
         a = self.args
+        if not self.wanted(1, 2, 3, 4):
+            self.import_bench()
+            return self.report()
         redis = RedisProcess(self.workdir / "redis", "--appendonly", "yes", "--appendfsync", "always")
         self.stack.callback(redis.stop)
         redis.start()
@@ -202,6 +205,25 @@ class Bench:
         self.check(all(n == 1 for n in rounds), f"single flight made {rounds} calls")
 
         # 3. hit throughput: cold local + warm shared, against a warm local tier
+        if self.wanted(3):
+            self.hits(redis, upstream, proxy_a)
+        if self.wanted(4):
+            self.outage(redis)
+        if self.wanted(5):
+            self.import_bench()
+        return self.report()
+
+    def wanted(self, *steps: int) -> bool:
+        return any(step in self.args.steps for step in steps)
+
+    def report(self) -> int:
+        for problem in self.problems:
+            print(f"  check failed: {problem}")
+        print("all checks passed" if not self.problems else f"{len(self.problems)} checks failed")
+        return 1 if self.problems else 0
+
+    def hits(self, redis: RedisProcess, upstream: CountingUpstream, proxy_a: ServeProcess) -> None:
+        a = self.args
         load(proxy_a.port, upstream.port, a.hit_entries)  # A stores (and shares) every entry
         cold, repeat, warm = [], [], []
         for _ in range(a.rounds):
@@ -222,7 +244,9 @@ class Bench:
               f"{med['cold']:.0f} req/s (p50 {p50['cold']:.2f} ms): {med['cold'] / med['warm']:.2f}x  "
               f"[target >= 0.8x]; its second pass {med['repeat']:.0f} req/s: {med['repeat'] / med['warm']:.2f}x")
 
-        # 4. the shared tier killed mid-load
+    def outage(self, redis: RedisProcess) -> None:
+        """4. the shared tier killed mid-load"""
+        a = self.args
         second = CountingUpstream()  # new keys: every request of this load is a miss
         self.stack.callback(second.stop)
         proxy_d = self.proxy(redis.url)
@@ -256,13 +280,6 @@ class Bench:
         self.check(pushed is not None and pushed > 0, "no write was kept and pushed")
         self.check(shared_keys == second.calls(), f"{shared_keys} answers shared of {second.calls()}")
         proxy_d.stop()
-
-        # 5. importing into the shared tier
-        self.import_bench()
-        for problem in self.problems:
-            print(f"  check failed: {problem}")
-        print("all checks passed" if not self.problems else f"{len(self.problems)} checks failed")
-        return 1 if self.problems else 0
 
     def import_bench(self) -> None:
         a = self.args
@@ -312,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage-calls", type=int, default=3000, help="requests during the outage test")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--import-entries", type=int, default=600_000)
+    parser.add_argument("--steps", type=lambda text: {int(n) for n in text.split(",")}, default={1, 2, 3, 4, 5},
+                        help="which measurements to run, e.g. 3,5 (1 and 2 always run when 3 or 4 does)")
     args = parser.parse_args(argv)
     if args.quick:
         args.calls, args.hit_entries, args.outage_calls, args.rounds, args.import_entries = 100, 300, 600, 1, 3000

@@ -55,6 +55,8 @@ LEASE_TTL = 10.0  # a dead holder's lease lets the next proxy go after this long
 QUEUE_LIMIT = 100_000  # writes kept while the tier is away ...
 QUEUE_BYTES = 256 * 1024 * 1024  # ... and their bytes; beyond either, writes are dropped (counted)
 BATCH = 256  # writes per pipelined round trip
+READ_BATCH = 256  # reads per MGET
+COUNTS_EVERY = 1.0  # seconds between additions to the fleet's counters when nothing is written
 PUT_NEW_SCRIPT = ("local n = 0 for i = 1, #KEYS do "
                   "if redis.call('SET', KEYS[i], ARGV[i], 'NX') then n = n + 1 end end return n")
 BACKOFF = ExponentialBackoff(cap=1.0, base=0.05)  # reconnect delays: 0.1, 0.2, 0.4, 0.8, 1, 1, ... s
@@ -97,7 +99,9 @@ def redact_shared_url(url: str) -> str:
         user, has_password, _ = userinfo.partition(":")
         # redis://NAME@host: a lone name may well be a password typed in the wrong place
         netloc = f"{user}:***@{hosts}" if has_password else f"***@{hosts}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    query = "&".join(f"{pair.split('=', 1)[0]}=***" if pair.lower().startswith("password=") else pair
+                     for pair in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def shared_url_from_env() -> str | None:
@@ -251,6 +255,8 @@ class SharedTier:
         self._closing = False
         self._tasks: list[asyncio.Task] = []
         self._wake: asyncio.Event | None = None
+        self._reads: list[tuple[str, asyncio.Future]] = []  # reads waiting for the next MGET
+        self._reader: asyncio.Task | None = None
         self._progress: asyncio.Event | None = None
         self._first_try: asyncio.Event | None = None
 
@@ -287,6 +293,8 @@ class SharedTier:
         self._closing = True
         for task in self._tasks:
             task.cancel()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._queue:
             log.warning("shared tier %s: %d writes not pushed at shutdown", self.url.redacted, len(self._queue))
@@ -294,18 +302,40 @@ class SharedTier:
 
     # reads ----------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes | None:
-        """The stored bytes, or None: not there, or the tier is away (a miss either way)."""
-        return await self._call("get", key)
+        """The stored bytes, or None: not there, or the tier is away (a miss either way).
 
-    async def _call(self, command: str, *args):
+        Reads asked for while one is on the wire go together in one MGET: under load the
+        round trip (a wake-up of the server on a busy machine) costs more than the read."""
         self.start()
         if not self.up:
             return None
-        try:
-            return await asyncio.wait_for(getattr(self._client, command)(*args), OP_TIMEOUT)
-        except FAILURES as exc:
-            self._failed(exc, command)
-            return None
+        answer = asyncio.get_running_loop().create_future()
+        self._reads.append((key, answer))
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.ensure_future(self._read_loop())
+        return await answer
+
+    async def _read_loop(self) -> None:
+        while self._reads:
+            batch, self._reads = self._reads[:READ_BATCH], self._reads[READ_BATCH:]
+            keys = [key for key, _ in batch]
+            try:
+                if not self.up:
+                    raise ConnectionError("the shared tier is away")
+                async with asyncio.timeout(OP_TIMEOUT):
+                    if len(keys) == 1:
+                        values = [await self._client.get(keys[0])]
+                    elif self.url.cluster:
+                        values = await self._client.mget_nonatomic(keys)
+                    else:
+                        values = await self._client.mget(keys)
+            except FAILURES as exc:
+                if self.up:
+                    self._failed(exc, "read")
+                values = [None] * len(batch)
+            for (_, answer), value in zip(batch, values):
+                if not answer.done():
+                    answer.set_result(value)
 
     # writes ---------------------------------------------------------------------------------
     def set(self, key: str, value: bytes) -> None:
@@ -321,8 +351,6 @@ class SharedTier:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] += n
         self._unflushed[name] += n
-        if self._wake is not None:
-            self._wake.set()  # added to the fleet's counters with the next batch
 
     def _enqueue(self, size: int, command: tuple) -> None:
         self.start()
@@ -357,7 +385,10 @@ class SharedTier:
 
     async def _write_loop(self) -> None:
         while True:
-            await self._wake.wait()
+            try:  # counts go with the next write, or after a second
+                await asyncio.wait_for(self._wake.wait(), COUNTS_EVERY)
+            except asyncio.TimeoutError:
+                pass
             self._wake.clear()
             while self.up and (self._queue or self._unflushed):
                 batch = [self._queue[i][1] for i in range(min(BATCH, len(self._queue)))]

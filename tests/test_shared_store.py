@@ -37,6 +37,8 @@ def test_credentials_come_from_the_url_and_are_never_shown():
     assert redact_shared_url("redis://:pw@h:1") == "redis://:***@h:1"
     assert redact_shared_url("redis://lonely-secret@h:1") == "redis://***@h:1"
     assert redact_shared_url("redis://h:1/0") == "redis://h:1/0"
+    assert redact_shared_url("rediss://h:1/0?password=pw&ssl_ca_certs=ca.pem") == \
+        "rediss://h:1/0?password=***&ssl_ca_certs=ca.pem"
 
 
 @pytest.mark.parametrize("url,problem", [
@@ -334,3 +336,16 @@ def test_the_documented_acl_user_can_do_everything_the_fleet_does(redis_server):
         # outside stbproxy's keys the user can do nothing
         with pytest.raises(StoreError, match="NOPERM|permission"):
             bulk.put_document("other-app:key", b"x")
+
+
+def test_a_bulk_writer_hands_the_servers_failure_to_its_caller(redis_server):
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        writer = bulk.writer()
+        writer.put([("api/c/t/a/1", b"one"), ("api/c/t/a/2", b"two")])
+        writer.put([("api/c/t/a/1", b"again")])
+        assert writer.close() == 2  # the repeat was left alone
+        writer = bulk.writer()
+        redis_server.kill()
+        writer.put([("api/c/t/a/3", b"three")])
+        with pytest.raises(StoreError, match=r"shared tier redis://127\.0\.0\.1"):
+            writer.close()

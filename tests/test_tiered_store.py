@@ -117,7 +117,7 @@ def test_waiting_on_a_live_holder_is_bounded(tmp_path, redis_server, upstream):
             return answer, time.monotonic() - started, a.store.shared.counters
 
     answer, waited, counters = asyncio.run(main())
-    assert answer.source is Source.UPSTREAM and 0.5 <= waited < 2.0
+    assert answer.source is Source.UPSTREAM and 0.5 <= waited < 10  # not the lease's 60 s
     assert counters["lease_waits_timed_out"] == 1
 
 
