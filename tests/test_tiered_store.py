@@ -6,8 +6,6 @@ import asyncio
 import logging
 import time
 
-import pytest
-
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
 from stbproxy.routing import http_call
