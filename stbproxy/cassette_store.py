@@ -19,6 +19,7 @@ from stbproxy.cassettes import imported_exchange, read_cassette
 from stbproxy.errors import InputError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
+from stbproxy.store import OneTier
 
 
 @dataclass
@@ -38,7 +39,7 @@ class PlaybackReport:
                 f"{len(self.unplayed)} never played, {len(self.unmatched)} requests not in the cassette")
 
 
-class CassetteStore:
+class CassetteStore(OneTier):
     readonly = False  # writes are accepted, and kept in memory only
     reads_cacheable = False  # every read counts: ordered playback and the played report
 

@@ -55,6 +55,18 @@ def store_option(func):
     )(func)
 
 
+def shared_option(func):
+    return click.option(
+        "--shared",
+        default=None,
+        metavar="URL",
+        envvar=["STBPROXY_SHARED_URL", "REDIS_URL"],
+        show_envvar=True,
+        help="A shared store tier on Redis / Valkey, behind the local store: redis://[user:pass@]host:port/db, "
+             "rediss://... (TLS), or redis+cluster://host:port,host:port (Redis Cluster). See docs/scale.md.",
+    )(func)
+
+
 def default_confdir(store: Path) -> Path:
     """The CA lives beside the store (./.stbproxy/certs for the default store)."""
     return store.parent / "certs"
@@ -140,11 +152,12 @@ def main() -> None:
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
+@shared_option
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
           ordered, report, validity,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, verbose):
+          sim_seed, sim_concurrency, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -193,10 +206,15 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_max_tokens": sim_max_tokens,
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
+        "stb_shared": shared,
     }
 
     def ready(bound_host: str, bound_port: int, details: str) -> None:
         where = f"cassette {cassette}" if cassette else f"store {store}"
+        if shared:
+            from stbproxy.shared_store import redact_shared_url
+
+            where += f", shared {redact_shared_url(shared)}"
         click.echo(f"stbproxy {__version__} listening on http://{_url_host(bound_host)}:{bound_port} "
                    f"(mode {mode}, {where}, {details}, CA {mitm.ca_cert_path(confdir)})", nl=True)
         sys.stdout.flush()
@@ -273,7 +291,8 @@ def env(host, port, store, confdir, session):
 @click.option("--errors", is_flag=True,
               help="The failure taxonomy of real API answers (success, not available and its kinds, "
                    "not authorised), as counts and shares.")
-def stats(store, as_json, top, errors):
+@shared_option
+def stats(store, as_json, top, errors, shared):
     """Entries by source and by host, simulator use, and the store's size.
 
     Works while a proxy runs (the store is opened read-only).
@@ -283,14 +302,18 @@ def stats(store, as_json, top, errors):
     try:
         with Store(store, readonly=True) as db:
             result = db.stats(meta_fields=("failure",), sum_fields=("prompt_tokens", "completion_tokens"))
+        fleet = _shared_summary(shared) if shared else None
     except StbError as exc:
         fail(str(exc))
     if errors:
         _print_taxonomy(result.meta["failure"], as_json)
         return
     if as_json:
-        click.echo(json.dumps({"store": str(store), **result.to_dict()}, indent=2))
+        click.echo(json.dumps({"store": str(store), **result.to_dict(), **({"shared": fleet} if fleet else {})},
+                              indent=2))
         return
+    if fleet:
+        _print_shared_summary(fleet)
     click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
     if result.damaged:
@@ -303,6 +326,49 @@ def stats(store, as_json, top, errors):
     if simulated or failed:
         click.echo(f"\nsimulator: {simulated} answers stored, {failed} failed (not stored), "
                    f"{result.sums['prompt_tokens']} prompt + {result.sums['completion_tokens']} completion tokens")
+
+
+def _shared_summary(url: str) -> dict:
+    """The shared tier's size and the fleet's counters (calls saved by waiting on another proxy, ...)."""
+    from stbproxy.shared_store import SharedBulk, parse_shared_url
+
+    with SharedBulk(parse_shared_url(url)) as bulk:
+        return {"url": bulk.url.redacted, "keys": bulk.key_count(), "memory_bytes": bulk.memory(),
+                "counters": bulk.counters()}
+
+
+def _print_shared_summary(fleet: dict) -> None:
+    click.echo(f"shared tier {fleet['url']}: {fleet['keys']} keys, {fleet['memory_bytes'] / 1024**2:.1f} MiB in memory")
+    counters = fleet["counters"]
+    click.echo(f"  calls saved (waited on another proxy's call): {counters.get('calls_saved', 0)}, "
+               f"shared hits (filled the local store): {counters.get('shared_hits', 0)}")
+    others = {k: v for k, v in counters.items() if k not in ("calls_saved", "shared_hits")}
+    if others:
+        click.echo("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in others.items()))
+    click.echo("")
+
+
+def _open_reader(store: Path, shared: str | None):
+    """The local store read-only, with the shared tier behind it when --shared is given."""
+    from stbproxy.store import Store
+
+    local = Store(store, readonly=True)
+    if not shared:
+        return local
+    from stbproxy.shared_store import SharedBulk, parse_shared_url
+    from stbproxy.tiered_store import TieredReader
+
+    try:
+        return TieredReader(local, SharedBulk(parse_shared_url(shared)))
+    except StbError:
+        local.close()
+        raise
+
+
+def _open_bulk(shared: str | None):
+    from stbproxy.shared_store import SharedBulk, parse_shared_url
+
+    return SharedBulk(parse_shared_url(shared)) if shared else None
 
 
 def _print_taxonomy(counts, as_json: bool) -> None:
@@ -335,16 +401,15 @@ def _print_table(title: str, rows, total: int) -> None:
 @main.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def sessions(store, as_json):
+@shared_option
+def sessions(store, as_json, shared):
     """Sessions with their answers by source and cache hit rate (works while a proxy runs).
 
     The hit rate counts cache answers among all answers but passthrough ones (an agent's
     own LLM calls), as StableToolBench reports its cache hit rates.
     """
-    from stbproxy.store import Store
-
     try:
-        with Store(store, readonly=True) as db:
+        with _open_reader(store, shared) as db:
             rows = [_session_summary(name, db.session_records(name)) for name in db.session_names()]
     except StbError as exc:
         fail(str(exc))
@@ -394,7 +459,8 @@ def _session_summary(name: str, records) -> dict:
 @click.option("--queries", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="StableToolBench query files naming conversations by query id (with --by-conversation). Repeatable.")
 @store_option
-def export(session, pattern, output, fmt, exclude_simulated, by_conversation, queries, store):
+@shared_option
+def export(session, pattern, output, fmt, exclude_simulated, by_conversation, queries, store, shared):
     """Write a vcrpy cassette (format version 1) that plain vcrpy replays.
 
     Secrets are redacted (again); each answer's origin is kept in an X-Stb-Source
@@ -410,7 +476,6 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
     """
     from stbproxy import cassettes
     from stbproxy.sessions import safe_session_name
-    from stbproxy.store import Store
 
     if (session is None) == (pattern is None):
         fail("give exactly one of --session NAME or --all GLOB")
@@ -420,7 +485,7 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
         fail(f"{output} is a folder; give a cassette file name")
     skipped: list[str] = []
     try:
-        with Store(store, readonly=True) as db:
+        with _open_reader(store, shared) as db:
             if session is not None:
                 name = _known_session(db, session)
                 output = output or Path(f"{safe_session_name(name)}.{cassettes.format_for('', fmt)}")
@@ -428,6 +493,7 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
             else:
                 output = output or Path(f"export.{cassettes.format_for('', fmt)}")
                 exchanges = [ex for ex in db.entries() if _matches(ex, pattern)]
+            skipped.extend(getattr(db, "damaged", ()))  # shared values that do not decode
         total = len(exchanges)
         if exclude_simulated:
             exchanges = [ex for ex in exchanges if ex.source.value not in ("simulated", "simulated-error")]
@@ -507,7 +573,8 @@ def import_group() -> None:
               help="Also import cached failures (answers StableToolBench's check_result rejects).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="Worker processes that parse and encode files [default: one per core].")
-def import_stb_cache(cache_dir, store, include_invalid, jobs):
+@shared_option
+def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
     """Import StableToolBench's response cache (<category>/<tool>/<api>.json).
 
     Every entry is re-keyed canonically and marked 'imported'. Running it twice adds
@@ -524,21 +591,50 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs):
     try:
         files = stb_cache.cache_files(cache_dir)
         catalog_file = catalog_path_for(store)
-        with Store(store) as db:
+        with Store(store) as db, _SharedImport(shared) as writer:
             summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
-                                      include_invalid, jobs)
+                                      include_invalid, jobs, writer)
+        summary.shared_added = writer.added
     except StbError as exc:
         fail(str(exc))
     click.echo(f"files: {summary.files}, entries read: {summary.entries}")
     click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, "
                f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}")
+    if shared:
+        click.echo(f"shared tier: {summary.shared_added} added, "
+                   f"{summary.shared_sent - summary.shared_added} already there")
     for problem in summary.problems[:50]:
         click.echo(f"  unparseable: {problem}", err=True)
     if summary.unparseable > 50:
         click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
 
 
-def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
+class _SharedImport:
+    """The shared tier's writer during an import (a no-op without --shared)."""
+
+    def __init__(self, shared: str | None) -> None:
+        self.bulk = _open_bulk(shared)
+        self.writer = self.bulk.writer() if self.bulk is not None else None
+        self.added = 0
+
+    def put(self, records) -> None:
+        if self.writer is not None:
+            self.writer.put(records)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.__exit__(*exc_info)
+            self.added = self.writer.added
+        finally:
+            self.bulk.close()
+
+
+def _import_entries(db, files, root, catalog_file, include_invalid, jobs, shared=None):
     import time
 
     from tqdm import tqdm
@@ -561,6 +657,9 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
                     fresh[key] = value
             db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
             summary.imported += len(fresh)
+            if shared is not None and shared.writer is not None:
+                shared.put(encoded.records)  # every record, not only the fresh ones: the shared tier may lack them
+                summary.shared_sent += len(encoded.records)
             bar.update(1)
             bar.set_postfix(entries=summary.entries, refresh=False)
     return summary
@@ -571,7 +670,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
 @store_option
 @click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Catalog file to update [default: catalog.json beside the store].")
-def import_tools(sources, store, catalog):
+@shared_option
+def import_tools(sources, store, catalog, shared):
     """Load ToolBench tool docs (a tools/<Category>/<tool>.json folder) and StableToolBench
     query files (G*_*.json, which add parameters and template responses) into the catalog
     that the proxy routes and simulates with.
@@ -595,9 +695,15 @@ def import_tools(sources, store, catalog):
                 click.echo(f"  ... and {len(report.skipped) - 20} more", err=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         known.save(target)
+        if shared:  # published for the fleet: 'stbproxy sync --pull' fetches it on each machine
+            from stbproxy.tier_sync import push_catalog
+
+            with _open_bulk(shared) as bulk:
+                push_catalog(bulk, target.read_bytes())
     except StbError as exc:
         fail(str(exc))
-    click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)")
+    click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)"
+               + (", published to the shared tier" if shared else ""))
 
 
 @import_group.command(name="cassette")
@@ -606,7 +712,8 @@ def import_tools(sources, store, catalog):
 @click.option("--session", default=None, metavar="NAME",
               help="Also log the imported interactions, in file order, as this session "
                    "(so that 'export --session NAME' gives them back in order).")
-def import_cassette(files, store, session):
+@shared_option
+def import_cassette(files, store, session, shared):
     """Import vcrpy cassettes (YAML or JSON) and mitmproxy flow files (mitmdump -w).
 
     Each interaction is keyed as the proxy keys that request, redacted, and stored with
@@ -630,12 +737,12 @@ def import_cassette(files, store, session):
 
     if session is not None and safe_session_name(session) != session:
         fail(f"session name {session!r} must use only letters, digits, '.', '_' and '-'")
-    imported = duplicates = 0
+    imported = duplicates = shared_added = 0
     problems: list[str] = []
     try:
         settings = Settings(store=store)
         catalog, rules = load_catalog(settings), settings.key_rules()
-        with Store(store) as db:
+        with Store(store) as db, _SharedCopies(_open_bulk(shared)) as copies:
             for path in files:
                 now = time.time()
                 for pair in _interactions_of(path, problems):
@@ -649,19 +756,59 @@ def import_cassette(files, store, session):
                         imported += 1
                     else:
                         duplicates += 1
+                    copies.entry(exchange)
                     if session is not None:
                         record = SessionRecord(0, now, exchange.request.method, exchange.request.url,
                                                response.status, exchange.source.value, exchange.key, 0.0)
-                        db.append_session(session, record.to_dict())
+                        seq = db.append_session(session, record.to_dict())
+                        copies.session(session, {**record.to_dict(), "seq": seq})
+            shared_added = copies.flush()
     except StbError as exc:
         fail(str(exc))
-    click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}")
+    click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}"
+               + (f", shared tier: {shared_added} added" if shared else ""))
     for problem in problems[:50]:
         click.echo(f"  problem: {problem}", err=True)
     if len(problems) > 50:
         click.echo(f"  ... and {len(problems) - 50} more", err=True)
     if problems:
         sys.exit(1)
+
+
+class _SharedCopies:
+    """What an import also sends to the shared tier (when there is one), in pipelined batches."""
+
+    def __init__(self, bulk) -> None:
+        self.bulk = bulk
+        self.entries: list[tuple[str, bytes]] = []
+        self.sessions: list[tuple[str, bytes]] = []
+        self.added = 0
+
+    def entry(self, exchange) -> None:
+        from stbproxy.store import encode_exchange
+
+        if self.bulk is not None:
+            self.entries.append((exchange.key, encode_exchange(exchange)))
+            if len(self.entries) >= 1000:
+                self.flush()
+
+    def session(self, name: str, record: dict) -> None:
+        if self.bulk is not None:
+            self.sessions.append((name, json.dumps(record).encode()))
+
+    def flush(self) -> int:
+        if self.bulk is not None:
+            self.added += self.bulk.put_many(self.entries)
+            self.bulk.append_sessions(self.sessions)
+            self.entries, self.sessions = [], []
+        return self.added
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.bulk is not None:
+            self.bulk.close()
 
 
 def _interactions_of(path: Path, problems: list[str]):
@@ -695,6 +842,65 @@ def _interactions_of(path: Path, problems: list[str]):
         yield item.index, item.request, item.response
     for problem in bad:
         yield str(problem)
+
+
+# -- sync: the local store and the shared tier ------------------------------------------------------
+
+
+@main.command()
+@store_option
+@shared_option
+@click.option("--push", "do_push", is_flag=True, help="Copy local records the shared tier lacks up to it.")
+@click.option("--pull", "do_pull", is_flag=True, help="Copy shared records the local store lacks down to it.")
+def sync(store, shared, do_push, do_pull):
+    """Copy cache entries and logged records between the local store and the shared tier.
+
+    Each side keeps what it holds already, so running it twice copies nothing. The catalog
+    goes along too: --push publishes catalog.json beside the store, --pull fetches the
+    published one when there is none beside the store. Session logs are not copied (a
+    proxy with --shared appends them to the shared tier as it runs).
+
+    \b
+    Examples:
+      stbproxy sync --push --shared redis://cache.internal:6379/0   # seed a new fleet
+      stbproxy sync --pull --shared "$REDIS_URL"                    # warm a new machine
+    """
+    from tqdm import tqdm
+
+    from stbproxy import tier_sync
+    from stbproxy.settings import catalog_path_for
+    from stbproxy.store import Store
+
+    if not shared:
+        fail("give the shared tier: --shared URL (or STBPROXY_SHARED_URL / REDIS_URL)")
+    if not (do_push or do_pull):
+        fail("give --push, --pull or both")
+    catalog = catalog_path_for(store)
+    damaged: list[str] = []
+    try:
+        with Store(store) as db, _open_bulk(shared) as bulk:
+            if do_push:
+                with tqdm(total=tier_sync.local_count(db), unit="rec", desc="push", disable=None,
+                          dynamic_ncols=True) as bar:
+                    summary = tier_sync.push(db, bulk, bar.update)
+                click.echo(summary.line("push"))
+                damaged += summary.damaged
+                if catalog.exists():
+                    tier_sync.push_catalog(bulk, catalog.read_bytes())
+                    click.echo(f"catalog {catalog} published")
+            if do_pull:
+                with tqdm(unit="rec", desc="pull", disable=None, dynamic_ncols=True) as bar:
+                    summary = tier_sync.pull(db, bulk, bar.update)
+                click.echo(summary.line("pull"))
+                damaged += summary.damaged
+                document = tier_sync.shared_catalog(bulk)
+                if document is not None and not catalog.exists():
+                    catalog.write_bytes(document)
+                    click.echo(f"catalog fetched to {catalog}")
+    except StbError as exc:
+        fail(str(exc))
+    for problem in damaged[:20]:
+        click.echo(f"  damaged: {problem}", err=True)
 
 
 # -- eval: the offline evaluation package (stbeval) provides the whole group ----------------------

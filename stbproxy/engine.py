@@ -130,9 +130,12 @@ class Engine:
             hit = self._hit(call.key)
             if hit is not None:
                 return hit
+            stored = await self.store.fetch(call.key)  # a tier behind the local one, if any
+            if stored is not None:
+                return self._cached(call.key, stored)
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
-        return await self._shared(call.key, lambda: self._miss(call))
+        return await self._shared(call.key, lambda: self._miss_once(call))
 
     def _hit(self, key: str) -> Answer | None:
         answer = self._hits.get(key)
@@ -142,6 +145,9 @@ class Engine:
         stored = self.store.get(key)
         if stored is None:
             return None
+        return self._cached(key, stored)
+
+    def _cached(self, key: str, stored: Exchange) -> Answer:
         answer = Answer(stored.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, key,
                         stored.meta, key)
         # A store may ask to see every read (a cassette counts which answers were played).
@@ -164,6 +170,14 @@ class Engine:
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         # shield: one client hanging up must not cancel the call the others wait for
         return await asyncio.shield(task)
+
+    async def _miss_once(self, call: Call) -> Answer:
+        """A virtual-mode miss, answered once among all proxies sharing the store: the store
+        hands back the entry another proxy stored meanwhile instead of running the miss here."""
+        if self.config.mode is not Mode.VIRTUAL:
+            return await self._miss(call)  # record mode always asks the real API itself
+        result = await self.store.single_flight(call.key, lambda: self._miss(call))
+        return self._cached(call.key, result) if isinstance(result, Exchange) else result
 
     async def _miss(self, call: Call) -> Answer:
         decision = self._decide(call)

@@ -26,6 +26,7 @@ from stbproxy.errors import ConfigError, StbError
 from stbproxy.models import Request, Response
 from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
+from stbproxy.shared_store import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
 from stbproxy.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store import default_store_path
@@ -104,6 +105,7 @@ class StbAddon:
         loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
         loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
         loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
+        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED_URL or $REDIS_URL).")
 
     def configure(self, updated: set[str]) -> None:
         if self.settings is not None and not any(name.startswith("stb_") for name in updated):
@@ -274,6 +276,7 @@ def settings_from_options(opts) -> Settings:
         sim_max_tokens=opts.stb_sim_max_tokens,
         sim_seed=opts.stb_sim_seed,
         sim_concurrency=opts.stb_sim_concurrency,
+        shared=opts.stb_shared or shared_url_from_env(),
     )
     try:
         return Settings(**values)
@@ -301,12 +304,14 @@ class _ReadyLine:
         self.on_ready = on_ready
         self.stb = stb
 
-    def running(self) -> None:
+    async def running(self) -> None:
+        runtime = self.stb.runtime
+        if runtime is not None:
+            await runtime.ready()  # a shared tier has had its first try at connecting
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
         server = ctx.master.addons.get("proxyserver")
-        runtime = self.stb.runtime
         details = runtime.description if runtime is not None else ""
         for host, port, *_ in server.listen_addrs():
             self.on_ready(host, port, details)

@@ -13,7 +13,9 @@ from stbproxy.errors import ConfigError
 from stbproxy.models import Mode
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
+from stbproxy.shared_store import SharedTier
 from stbproxy.store import Store
+from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
 
@@ -61,6 +63,9 @@ class Runtime:
                                        ordered=settings.ordered)
         else:
             self.store = Store(settings.store)
+            shared = settings.shared_url()
+            if shared is not None:  # read local, then shared; write both (tiered_store.py)
+                self.store = TieredStore(self.store, SharedTier(shared), wait_limit=settings.upstream_timeout)
         try:
             self.upstream = Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
@@ -79,6 +84,11 @@ class Runtime:
         real = "none (replay)" if self.settings.mode is Mode.REPLAY else self.virtual.real_calls()
         return f"simulator {self.simulator_description}, real /virtual calls: {real}"
 
+    async def ready(self) -> None:
+        """Wait (bounded) until a shared tier has tried to connect, so the first requests use it."""
+        if isinstance(self.store, TieredStore):
+            await self.store.shared.connected()
+
     async def aclose(self) -> None:
         try:
             await self.upstream.aclose()
@@ -88,6 +98,8 @@ class Runtime:
         finally:
             if isinstance(self.store, CassetteStore):
                 self._report_playback(self.store)
+            elif isinstance(self.store, TieredStore):
+                await self.store.aclose()  # pushes what is queued for the shared tier first
             else:
                 self.store.close()
 

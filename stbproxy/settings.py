@@ -11,6 +11,7 @@ from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.models import Mode
 from stbproxy.sessions import safe_session_name
+from stbproxy.shared_store import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.validity import POLICIES
 
@@ -47,6 +48,7 @@ class Settings:
     sim_seed: int | None = None
     sim_concurrency: int = 16
     sim_timeout: float = 60.0
+    shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
 
     def __post_init__(self) -> None:
         if self.validity not in POLICIES:
@@ -64,9 +66,17 @@ class Settings:
         if self.cassette is not None and self.mode is not Mode.REPLAY:
             raise ConfigError(f"a cassette is only replayed: use mode replay with cassette {self.cassette}",
                               setting="cassette")
+        if self.shared is not None:
+            self.shared_url()  # a malformed URL is refused at start, never shown with its password
+            if self.cassette is not None:
+                raise ConfigError("a cassette is replayed on its own: leave out the shared tier with a cassette",
+                                  setting="shared")
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
                               setting="session")
+
+    def shared_url(self) -> SharedUrl | None:
+        return None if self.shared is None else parse_shared_url(self.shared)
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan.from_specs(self.faults, self.fault_seed)

@@ -48,6 +48,8 @@ class ImportSummary:
     imported: int = 0
     duplicates: int = 0  # already stored, or the same canonical call twice in the cache
     invalid: int = 0  # failed answers (check_result), left out unless asked for
+    shared_sent: int = 0  # records offered to the shared tier (import --shared) ...
+    shared_added: int = 0  # ... and those it did not hold yet
     problems: list[Problem] = field(default_factory=list)
 
     @property

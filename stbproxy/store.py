@@ -138,7 +138,19 @@ class StoreStats:
         }
 
 
-class Store:
+class OneTier:
+    """The engine's hooks for a store with nothing behind it (a shared tier answers them in
+    tiered_store.py): nothing more to fetch after a local miss, and a miss is this process's
+    own to answer."""
+
+    async def fetch(self, key: str) -> Exchange | None:
+        return None
+
+    async def single_flight(self, key: str, work):
+        return await work()
+
+
+class Store(OneTier):
     """One RocksDB database. Open read-write in one process only; readers open read-only."""
 
     def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
@@ -230,6 +242,11 @@ class Store:
     def delete(self, key: str) -> None:
         self._writable()
         self._call(self._db.delete, key.encode())
+
+    def records(self, prefix: str) -> Iterator[tuple[str, bytes]]:
+        """(key, stored bytes) under a prefix, undecoded (bulk copies between tiers)."""
+        for raw_key, value in self._items(prefix):
+            yield raw_key.decode(), value
 
     def keys(self, prefix: str) -> Iterator[str]:
         for raw_key, _ in self._items(prefix, values=False):
