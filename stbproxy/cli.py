@@ -450,14 +450,15 @@ def _session_exchanges(db, name: str, skipped: list[str]) -> list:
     out = []
     for record in db.session_records(name):
         key = record.get("key") or ""
+        # A compact record names its request only through the stored exchange it points at.
+        label = f"#{record.get('seq')} " + (f"{record['method']} {record['url']}" if record.get("url") else key)
         try:
             exchange = db.get(key) if key else None
         except StbError as exc:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
+            skipped.append(f"{label}: {exc}")
             continue
         if exchange is None:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
-                           f"its answer is not stored ({key or 'never kept'})")
+            skipped.append(f"{label}: its answer is not stored ({key or 'never kept'})")
             continue
         out.append(exchange)
     return out
@@ -632,7 +633,7 @@ def import_cassette(files, store, session):
                     if session is not None:
                         record = SessionRecord(0, now, exchange.request.method, exchange.request.url,
                                                response.status, exchange.source.value, exchange.key, 0.0)
-                        db.append_session(session, record.to_dict())
+                        db.append_session(session, record.to_stored())
     except StbError as exc:
         fail(str(exc))
     click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}")

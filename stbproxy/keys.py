@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from stbproxy import jsonsafe
 from stbproxy.models import ApiRef, Request
 
 # Headers never part of a key and always redacted before storage.
@@ -187,7 +188,7 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
         return "empty", ""
     if is_json_type(content_type):
         try:
-            value = json.loads(body)
+            value = jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
             pass  # invalid JSON under a JSON type: keyed by its exact bytes below
         else:

@@ -9,6 +9,7 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
+from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Mode
 from stbproxy.sessions import safe_session_name
 from stbproxy.upstream import UpstreamConfig
@@ -47,6 +48,10 @@ class Settings:
     sim_seed: int | None = None
     sim_concurrency: int = 16
     sim_timeout: float = 60.0
+    max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
+    allow_hosts: tuple[str, ...] = ()  # destination globs always allowed
+    deny_hosts: tuple[str, ...] = ()  # destination globs refused (403)
 
     def __post_init__(self) -> None:
         if self.validity not in POLICIES:
@@ -57,6 +62,10 @@ class Settings:
                               setting="simulator")
         if self.sim_concurrency < 1:
             raise ConfigError("simulator concurrency must be at least 1", setting="sim_concurrency")
+        if self.max_headers < 1:
+            raise ConfigError("the header field limit must be at least 1", setting="max_headers")
+        if self.max_header_bytes < 1024:
+            raise ConfigError("the header size limit must be at least 1024 bytes", setting="max_header_bytes")
         try:
             self.fault_plan()  # a malformed spec is refused at start, naming the bad part
         except ConfigError as exc:
