@@ -106,7 +106,18 @@ def main() -> None:
 @click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the interception CA lives [default: 'certs' beside the store].")
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
-              help="Require proxy authentication (mandatory off loopback).")
+              help="Require proxy authentication (mandatory off loopback; repeated wrong passwords "
+                   "from one address are slowed down).")
+@click.option("--allow-host", multiple=True, metavar="GLOB",
+              help="Destination host always allowed, even a private address on an exposed proxy; wins "
+                   "over --deny-host. Repeatable.")
+@click.option("--deny-host", multiple=True, metavar="GLOB",
+              help="Destination host refused with 403. With --host beyond loopback, private and loopback "
+                   "destinations are refused unless allowed. Repeatable.")
+@click.option("--max-headers", type=click.IntRange(1), default=100, show_default=True,
+              help="Requests with more header fields are answered 431.")
+@click.option("--max-header-bytes", type=ByteSize(), default="64KiB", show_default=True,
+              help="Requests whose header fields take more bytes are answered 431.")
 @click.option("--session", default=None, metavar="NAME",
               help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
                    "or an X-Stb-Session header) [default: one per run, serve-<time>].")
@@ -141,7 +152,8 @@ def main() -> None:
               help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
+          deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, validity,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, verbose):
@@ -193,6 +205,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_max_tokens": sim_max_tokens,
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
+        "stb_allow_hosts": list(allow_host),
+        "stb_deny_hosts": list(deny_host),
+        "stb_max_headers": max_headers,
+        "stb_max_header_bytes": max_header_bytes,
     }
 
     def ready(bound_host: str, bound_port: int, details: str) -> None:
@@ -279,20 +295,26 @@ def stats(store, as_json, top, errors):
     Works while a proxy runs (the store is opened read-only).
     """
     from stbproxy.store import Store
+    from stbproxy.write_failures import read_status
 
     try:
         with Store(store, readonly=True) as db:
             result = db.stats(meta_fields=("failure",), sum_fields=("prompt_tokens", "completion_tokens"))
     except StbError as exc:
         fail(str(exc))
+    failed = read_status(store) or {}  # writes the store refused (a full disk), kept beside it
     if errors:
         _print_taxonomy(result.meta["failure"], as_json)
         return
     if as_json:
-        click.echo(json.dumps({"store": str(store), **result.to_dict()}, indent=2))
+        click.echo(json.dumps({"store": str(store), **result.to_dict(),
+                               "failed_writes": failed.get("failed_writes", 0)}, indent=2))
         return
     click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
+    if failed:
+        click.echo(f"failed writes: {failed['failed_writes']} answers could not be stored "
+                   f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
     _print_table("source", result.by_source.most_common(), result.entries)

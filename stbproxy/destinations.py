@@ -59,26 +59,26 @@ def is_loopback_name(host: str) -> bool:
     return name == "localhost" or name.endswith(".localhost")  # RFC 6761: always loopback
 
 
-PLAIN_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
 def own_address(host: str, port: int | None, listening: tuple[str, int] | None) -> str | None:
     """How a request to ``host:port`` names this proxy, which the client reached at
-    ``listening`` (the connection's local address): "plain" for the usual names of it
-    (that very address, localhost, 127.0.0.1, ::1), "other" for any other spelling that
-    reaches it (127.1, 2130706433, 0.0.0.0, [::ffff:127.0.0.1], another 127.x address),
-    None when it is not the proxy at all."""
+    ``listening`` (the connection's local address): "plain" for the name a direct client
+    uses (that very address, or localhost), "other" for any other spelling that reaches the
+    proxy (127.1, 2130706433, 0.0.0.0, [::1], [::ffff:127.0.0.1], another 127.x address),
+    which only a request relayed through the proxy to itself would use; None when it is
+    not the proxy at all."""
     if not listening or port != listening[1]:
         return None
     text = host.strip().lower()
-    if text in PLAIN_LOOPBACK or text.strip("[]") == str(listening[0]).lower():
+    if text == "localhost":
         return "plain"
     if is_loopback_name(host):
         return "other"
-    address = parse_ip(host)
+    address, local = parse_ip(host), parse_ip(str(listening[0]))
     if address is None:
         return None
-    if address.is_loopback or address.is_unspecified or address == parse_ip(str(listening[0])):
+    if address == local:  # written as usual (not 127.1 for 127.0.0.1): what a direct client sends
+        return "plain" if str(address) == text.strip("[]") else "other"
+    if address.is_loopback or address.is_unspecified:
         return "other"
     return None
 

@@ -394,8 +394,16 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, master.shutdown)
     await master.run()
+    # Client connections still open are cancelled by asyncio.run's cleanup, and asyncio's
+    # stream callbacks report each such cancellation as an error: expected at shutdown.
+    loop.set_exception_handler(_quiet_about_cancelled)
     if stb.close_error is not None:
         raise stb.close_error
+
+
+def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
 
 
 def ca_cert_path(confdir: Path) -> Path:

@@ -191,7 +191,8 @@ def _redact_body(request: Request, rules: KeyRules) -> bytes:
             return body
         if not _json_has_field(value, rules.secret_fields):
             return body  # keep the client's exact bytes when there is nothing to hide
-        return json.dumps(_mask_json(value, rules.secret_fields), ensure_ascii=False).encode()
+        # surrogatepass: a body that held raw surrogate bytes (read that way) keeps them
+        return json.dumps(_mask_json(value, rules.secret_fields), ensure_ascii=False).encode("utf-8", "surrogatepass")
     if is_form_type(content_type):
         try:
             pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True)

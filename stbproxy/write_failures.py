@@ -70,8 +70,7 @@ class WriteFailures:
 
     def _log_pending(self) -> None:
         if self._unlogged:
-            log.error("could not store %d more answers in the last %g s; last: %s",
-                      self._unlogged, LOG_INTERVAL, self.last_error)
+            log.error("%d more writes failed since the line above; the last: %s", self._unlogged, self.last_error)
             self._unlogged = 0
 
     def close(self) -> None:
