@@ -332,8 +332,10 @@ class Engine:
                                         dict(answer.meta))
             except StoreError:
                 record_key, failed = None, True
-        record = SessionRecord(0, self.clock(), call.request.method, redact_url(call.request, self.config.rules),
-                               answer.response.status, source.value, record_key or "", round(seconds, 6))
+        # A record that points at a stored exchange needs no URL of its own (SessionRecord.to_stored).
+        url = "" if record_key else redact_url(call.request, self.config.rules)
+        record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
+                               record_key or "", round(seconds, 6))
         try:
             self.store.append_session(session, record.to_stored())
         except StoreError as exc:
