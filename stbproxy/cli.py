@@ -313,7 +313,7 @@ def stats(store, as_json, top, errors):
     click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
     if failed:
-        click.echo(f"failed writes: {failed['failed_writes']} answers could not be stored "
+        click.echo(f"failed writes: {failed['failed_writes']} writes were refused, so answers are missing "
                    f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")

@@ -355,7 +355,8 @@ class Engine:
         try:
             saved = self._save(call, response, key, source, seconds, dict(meta))
         except StoreError:
-            return Answer(response.with_header(SOURCE_HEADER, source.value), source, call.key, meta, None, True)
+            return Answer(response.with_header(SOURCE_HEADER, source.value), source, call.key, meta,
+                          write_failed=True)
         return self._answer(response, source, call.key, meta, saved)
 
     def _save(self, call: Call, response: Response, key: str, source: Source,

@@ -21,9 +21,6 @@ from stbproxy.auth_throttle import AuthThrottle
 from stbproxy.destinations import DestinationRules, Resolver, host_name, own_address, parse_ip
 from stbproxy.settings import Settings
 
-__all__ = ["Guard", "Refusal", "loop_message", "own_address"]
-
-
 @dataclass(frozen=True)
 class Refusal:
     status: int

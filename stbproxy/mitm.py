@@ -24,7 +24,8 @@ from mitmproxy.master import Master
 
 from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
-from stbproxy.guard import Guard, loop_message, own_address
+from stbproxy.destinations import own_address
+from stbproxy.guard import Guard, loop_message
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Request, Response
 from stbproxy.private_files import private_dir, private_umask
@@ -173,9 +174,8 @@ class StbAddon:
         await self.check_head(flow)
 
     async def check_head(self, flow: http.HTTPFlow) -> None:
-        """Before the body is read (guard.py): answers to wrong credentials are held back,
-        a head over the limits gets 431, a CONNECT to the proxy itself 508, to a refused
-        destination 403."""
+        """Before the body is read (guard.py): answers to wrong credentials are held back, a
+        head over the limits gets 431, a CONNECT to a refused destination 403."""
         request = flow.request
         # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
         wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
-import socket
 import stat
 import statistics
 import subprocess
@@ -21,6 +19,9 @@ import requests
 
 from tests.servers import ProxyProcess
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import fuzzkit  # noqa: E402  (raw requests, as hostile clients send them)
+
 pytestmark = pytest.mark.integration
 
 SECRET = "qk-log-secret-70707"
@@ -32,26 +33,6 @@ def session_through(proxy: ProxyProcess, auth: str = "") -> requests.Session:
     url = f"http://{auth + '@' if auth else ''}127.0.0.1:{proxy.port}"
     client.proxies = {"http": url, "https": url}
     return client
-
-
-def raw_request(port: int, data: bytes, timeout: float = 30) -> bytes:
-    """Send bytes as they are and read one answer (by its Content-Length)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(data)
-        received = b""
-        while b"\r\n\r\n" not in received:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return received
-            received += chunk
-        head, _, body = received.partition(b"\r\n\r\n")
-        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
-        while length and len(body) < int(length.group(1)):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return head + b"\r\n\r\n" + body
 
 
 def stats(store: Path) -> dict:
@@ -77,7 +58,7 @@ def test_a_cache_hit_beside_a_request_with_thousands_of_headers_is_answered_at_o
         hostile = (f"GET {upstream.url('/echo?hostile=1')} HTTP/1.1\r\nHost: 127.0.0.1:{upstream.port}\r\n".encode()
                    + b"".join(b"X-Filler-%d: %d\r\n" % (i, i) for i in range(20_000)) + b"\r\n")
         answers: list[bytes] = []
-        attackers = [threading.Thread(target=lambda: answers.append(raw_request(proxy.port, hostile)))
+        attackers = [threading.Thread(target=lambda: answers.append(fuzzkit.send(proxy.port, hostile)[1]))
                      for _ in range(4)]
         for thread in attackers:
             thread.start()
