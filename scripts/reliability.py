@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -418,10 +419,8 @@ def options(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = options(argv)
-    signal_exit = lambda *_: sys.exit(143)  # noqa: E731  (a SIGTERM unwinds: children get stopped)
-    import signal
-
-    signal.signal(signal.SIGTERM, signal_exit)
+    # SIGTERM (e.g. a test timing out) unwinds like Ctrl-C, so every child gets stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stb-reliability-")))
         try:
