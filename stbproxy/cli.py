@@ -118,7 +118,18 @@ def main() -> None:
 @click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the interception CA lives [default: 'certs' beside the store].")
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
-              help="Require proxy authentication (mandatory off loopback).")
+              help="Require proxy authentication (mandatory off loopback; repeated wrong passwords "
+                   "from one address are slowed down).")
+@click.option("--allow-host", multiple=True, metavar="GLOB",
+              help="Destination host always allowed, even a private address on an exposed proxy; wins "
+                   "over --deny-host. Repeatable.")
+@click.option("--deny-host", multiple=True, metavar="GLOB",
+              help="Destination host refused with 403. With --host beyond loopback, private and loopback "
+                   "destinations are refused unless allowed. Repeatable.")
+@click.option("--max-headers", type=click.IntRange(1), default=100, show_default=True,
+              help="Requests with more header fields are answered 431.")
+@click.option("--max-header-bytes", type=ByteSize(), default="64KiB", show_default=True,
+              help="Requests whose header fields take more bytes are answered 431.")
 @click.option("--session", default=None, metavar="NAME",
               help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
                    "or an X-Stb-Session header) [default: one per run, serve-<time>].")
@@ -154,7 +165,8 @@ def main() -> None:
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 @shared_option
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
+          deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, validity,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, verbose, shared):
@@ -207,6 +219,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
         "stb_shared": shared,
+        "stb_allow_hosts": list(allow_host),
+        "stb_deny_hosts": list(deny_host),
+        "stb_max_headers": max_headers,
+        "stb_max_header_bytes": max_header_bytes,
     }
 
     def ready(bound_host: str, bound_port: int, details: str) -> None:
@@ -298,6 +314,7 @@ def stats(store, as_json, top, errors, shared):
     Works while a proxy runs (the store is opened read-only).
     """
     from stbproxy.store import Store
+    from stbproxy.write_failures import read_status
 
     try:
         with Store(store, readonly=True) as db:
@@ -305,17 +322,21 @@ def stats(store, as_json, top, errors, shared):
         fleet = _shared_summary(shared) if shared else None
     except StbError as exc:
         fail(str(exc))
+    failed = read_status(store) or {}  # writes the store refused (a full disk), kept beside it
     if errors:
         _print_taxonomy(result.meta["failure"], as_json)
         return
     if as_json:
-        click.echo(json.dumps({"store": str(store), **result.to_dict(), **({"shared": fleet} if fleet else {})},
-                              indent=2))
+        click.echo(json.dumps({"store": str(store), **result.to_dict(), "failed_writes": failed.get("failed_writes", 0),
+                               **({"shared": fleet} if fleet else {})}, indent=2))
         return
     if fleet:
         _print_shared_summary(fleet)
     click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
+    if failed:
+        click.echo(f"failed writes: {failed['failed_writes']} writes were refused, so answers are missing "
+                   f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
     _print_table("source", result.by_source.most_common(), result.entries)
@@ -760,8 +781,8 @@ def import_cassette(files, store, session, shared):
                     if session is not None:
                         record = SessionRecord(0, now, exchange.request.method, exchange.request.url,
                                                response.status, exchange.source.value, exchange.key, 0.0)
-                        seq = db.append_session(session, record.to_dict())
-                        copies.session(session, {**record.to_dict(), "seq": seq})
+                        seq = db.append_session(session, record.to_stored())
+                        copies.session(session, {**record.to_stored(), "seq": seq})
             shared_added = copies.flush()
     except StbError as exc:
         fail(str(exc))

@@ -38,7 +38,8 @@ def session_exchanges(db: Store, name: str) -> tuple[list[Exchange], list[str]]:
     skipped: list[str] = []
     for record in db.session_records(name):
         key = record.get("key") or ""
-        where = f"#{record.get('seq')} {record.get('method')} {record.get('url')}"
+        # A compact record names its request only through the stored exchange it points at.
+        where = f"#{record.get('seq')} " + (f"{record['method']} {record['url']}" if record.get("url") else key)
         try:
             exchange = db.get(key) if key else None
         except StbError as exc:

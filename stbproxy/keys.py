@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from stbproxy import jsonsafe
 from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
 from stbproxy.models import ApiRef, Request
 
@@ -171,7 +172,7 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
         return "empty", ""
     if is_json_type(content_type):
         try:
-            value = json.loads(body)
+            value = jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
             pass  # invalid JSON under a JSON type: keyed by its exact bytes below
         else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from stbproxy import keys
+from stbproxy import jsonsafe, keys
 from stbproxy.catalog import ApiDoc, Catalog
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request
@@ -58,7 +58,7 @@ def request_args(request: Request) -> dict[str, Any]:
     content_type = request.header("content-type")
     if request.body and keys.is_json_type(content_type):
         try:
-            value = json.loads(request.body)
+            value = jsonsafe.loads(request.body)
         except (ValueError, UnicodeDecodeError):
             value = None
         if isinstance(value, dict):

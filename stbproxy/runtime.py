@@ -18,6 +18,7 @@ from stbproxy.store import Store
 from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
+from stbproxy.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
 
@@ -72,8 +73,10 @@ class Runtime:
         except Exception:
             self.store.close()
             raise
+        # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
+        self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             catalog=self.catalog, faults=settings.fault_plan())
+                             catalog=self.catalog, faults=settings.fault_plan(), write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
@@ -96,12 +99,13 @@ class Runtime:
             if closer is not None:
                 await closer()
         finally:
+            self.write_failures.close()
             if isinstance(self.store, CassetteStore):
                 self._report_playback(self.store)
             elif isinstance(self.store, TieredStore):
                 await self.store.aclose()  # pushes what is queued for the shared tier first
             else:
-                self.store.close()
+                self.store.close()  # StoreError when the flush fails: the caller reports it
 
     def _report_playback(self, cassette: CassetteStore) -> None:
         cassette.close(self.engine.misses)

@@ -92,6 +92,22 @@ class SessionRecord:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_stored(self) -> dict:
+        """The record as the store keeps it. When ``key`` names a stored exchange, which holds
+        the request and its status already, only that reference with the time, source and
+        duration (about half the size: this is written once per request, hits included);
+        otherwise the whole record. The sequence number is part of the store key."""
+        stored = {"time": self.time, "source": self.source, "key": self.key, "seconds": self.seconds}
+        if not self.key:
+            stored.update(method=self.method, url=self.url, status=self.status)
+        return stored
+
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+def expand_record(stored: dict, seq: int) -> dict:
+    """A record as the store returns it: every field named (None where a compact record
+    refers to its stored exchange instead), and its sequence number."""
+    return {"seq": seq, "method": None, "url": None, "status": None, **stored}

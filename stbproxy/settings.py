@@ -9,6 +9,7 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
+from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Mode
 from stbproxy.sessions import safe_session_name
 from stbproxy.shared_store import SharedUrl, parse_shared_url
@@ -49,6 +50,10 @@ class Settings:
     sim_concurrency: int = 16
     sim_timeout: float = 60.0
     shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
+    max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
+    allow_hosts: tuple[str, ...] = ()  # destination globs always allowed
+    deny_hosts: tuple[str, ...] = ()  # destination globs refused (403)
 
     def __post_init__(self) -> None:
         if self.validity not in POLICIES:
@@ -59,6 +64,10 @@ class Settings:
                               setting="simulator")
         if self.sim_concurrency < 1:
             raise ConfigError("simulator concurrency must be at least 1", setting="sim_concurrency")
+        if self.max_headers < 1:
+            raise ConfigError("the header field limit must be at least 1", setting="max_headers")
+        if self.max_header_bytes < 1024:
+            raise ConfigError("the header size limit must be at least 1024 bytes", setting="max_header_bytes")
         try:
             self.fault_plan()  # a malformed spec is refused at start, naming the bad part
         except ConfigError as exc:

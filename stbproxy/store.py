@@ -15,6 +15,7 @@ crash loses at most the requests in flight.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import struct
@@ -28,6 +29,8 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+from stbproxy.private_files import private_dir
+from stbproxy.sessions import expand_record
 
 MAGIC = b"STB1"
 _HEAD_LEN = struct.Struct(">I")
@@ -166,7 +169,7 @@ class Store(OneTier):
                 if not (self.path / "CURRENT").exists():
                     raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
                 return Rdict(str(self.path), options, access_type=AccessType.read_only())
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path)  # recorded traffic is for the owner only
             options.create_if_missing(True)
             return Rdict(str(self.path), options)
         except StoreError:
@@ -189,13 +192,21 @@ class Store(OneTier):
         self.close()
 
     def close(self) -> None:
-        if self._db is not None:
-            try:
-                if not self.readonly:
-                    self._db.flush()
-                self._db.close()
-            finally:
-                self._db = None
+        """Flush and close; StoreError when the store could not be flushed or closed."""
+        if self._db is None:
+            return
+        db, self._db = self._db, None
+        try:
+            if not self.readonly:
+                db.flush()
+        except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
+            with contextlib.suppress(Exception):
+                db.close()  # releases the lock all the same
+            raise StoreError(f"could not flush the store at {self.path} on closing: {exc}") from exc
+        try:
+            db.close()
+        except Exception as exc:
+            raise StoreError(f"could not close the store at {self.path}: {exc}") from exc
 
     # entries --------------------------------------------------------------------------
     def get(self, key: str) -> Exchange | None:
@@ -277,14 +288,17 @@ class Store(OneTier):
         if seq is None:
             seq = self._last_session_seq(name)
         seq += 1
-        self._session_seq[name] = seq
-        record = {**record, "seq": seq}
-        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), json.dumps(record).encode())
+        value = json.dumps(record, separators=(",", ":")).encode()  # ASCII: odd URLs round-trip
+        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), value)
+        self._session_seq[name] = seq  # only once written: a failed write leaves no gap
         return seq
 
     def session_records(self, name: str) -> Iterator[dict]:
-        for _, value in self._items(f"{SESSION_PREFIX}{name}/"):
-            yield json.loads(value)
+        """The session's records in order, each with its ``seq`` (see sessions.expand_record)."""
+        prefix = f"{SESSION_PREFIX}{name}/"
+        start = len(prefix.encode())
+        for raw_key, value in self._items(prefix):
+            yield expand_record(json.loads(value), int(raw_key[start:]))
 
     def session_names(self) -> list[str]:
         """Every session with a log, in name order."""

@@ -22,6 +22,7 @@ from typing import Awaitable, Callable, Iterator, TypeVar
 from stbproxy.errors import StoreError
 from stbproxy.models import Exchange
 from stbproxy.shared_store import NO_LEASE, SharedBulk, SharedTier
+from stbproxy.sessions import expand_record
 from stbproxy.store import ENTRY_PREFIXES, Store, decode_exchange, encode_exchange
 
 log = logging.getLogger("stbproxy")
@@ -202,9 +203,11 @@ class TieredReader:
             return
         for raw in shared:
             try:
-                yield json.loads(raw)
+                record = json.loads(raw)
             except ValueError:
                 self.damaged.append(f"session {name}: a record is not JSON")
+                continue
+            yield expand_record(record, record.get("seq", 0))
 
     def __enter__(self) -> TieredReader:
         return self

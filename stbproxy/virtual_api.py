@@ -17,11 +17,12 @@ nowhere: the simulator answers.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from stbproxy import keys
+from stbproxy import jsonsafe, keys
 from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbproxy.engine import SOURCE_HEADER, Answer, Engine
 from stbproxy.models import ApiRef, Headers, Request, Source, header_value
@@ -59,10 +60,26 @@ class VirtualRequest:
     toolbench_key: str = ""  # a secret: sent on to a ToolBench-style server, never stored
 
 
+# A surrogate escape, or one encoded raw (json reads bytes with surrogatepass): only such
+# bodies need the full check.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _is_unicode(value: Any) -> bool:
+    """Whether a parsed JSON value is free of lone surrogates (it encodes as UTF-8)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse(body: bytes) -> VirtualRequest | VirtualReply:
     """The request, or the reply that explains why it is not one."""
     try:
-        raw = json.loads(body)
+        raw = jsonsafe.loads(body)
+    except jsonsafe.JsonTooDeep as exc:
+        return error_reply(f"the request body is {exc}", 422)
     except (ValueError, UnicodeDecodeError) as exc:
         return error_reply(f"the request body is not JSON: {exc}", 422)
     if not isinstance(raw, dict):
@@ -76,7 +93,9 @@ def parse(body: bytes) -> VirtualRequest | VirtualReply:
     tool_input = raw.get("tool_input", "")
     if isinstance(tool_input, str):
         try:
-            args = json.loads(tool_input) if tool_input.strip() else {}
+            args = jsonsafe.loads(tool_input) if tool_input.strip() else {}
+        except jsonsafe.JsonTooDeep as exc:
+            return error_reply(f"field 'tool_input' is {exc}", 422)
         except ValueError as exc:
             # As the original server: a 200 with an error the agent can read and fix.
             return error_reply(f"tool_input is not valid JSON: {exc}")
@@ -86,6 +105,9 @@ def parse(body: bytes) -> VirtualRequest | VirtualReply:
         return error_reply(f"field 'tool_input' must be a JSON string or object, not {type(tool_input).__name__}", 422)
     if not isinstance(args, dict):
         return error_reply(f"tool_input must hold a JSON object of arguments, not {type(args).__name__}")
+    if _SURROGATE_ESCAPE.search(body) and not (_is_unicode(raw) and _is_unicode(args)):
+        return error_reply("the request holds a lone surrogate (a \\ud800-\\udfff escape without its pair), "
+                           "which is not Unicode text and cannot be forwarded", 422)
     key = raw.get(TOOLBENCH_KEY)
     return VirtualRequest(raw["category"], raw["tool_name"], raw["api_name"], args,
                           key if isinstance(key, str) else "")

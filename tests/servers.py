@@ -106,6 +106,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("X-RapidAPI-Key", "")
         self.send(200, json.dumps({"your_key": key}).encode(), headers=[("X-Echo-Key", key)])
 
+    def route_setcookie(self, _rest, query, _body) -> None:
+        # A session cookie for whoever called: a proxy must not hand it to anyone else.
+        self.send(200, b'{"cookie": "set"}', headers=[("Set-Cookie", f"sid={query.get('value', 'x')}; Path=/")])
+
     def route_virtual(self, _rest, _query, body) -> None:
         # A ToolBench-style server: {"error", "response"} for a /virtual call. tool_input
         # may be a JSON string (as clients send it) or an object (as StableToolBench's
@@ -117,6 +121,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner.virtual_calls.append(({k.lower(): v for k, v in self.headers.items()}, call))
         if args.get("fail"):
             answer = {"error": "", "response": "API rate limit exceeded"}
+        elif args.get("echo_key") == "error":  # a server that quotes the caller's key in an error
+            answer = {"error": f"key {call.get('toolbench_key')} is over its quota", "response": ""}
+        elif args.get("echo_key"):  # ... or echoes it in its answer
+            answer = {"error": "", "response": {"your_key": call.get("toolbench_key")}}
         else:
             answer = {"error": "", "response": {"api": call["api_name"], "args": args, "from": "toolbench"}}
         self.send(200, json.dumps(answer).encode())

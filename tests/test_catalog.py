@@ -527,8 +527,10 @@ def test_pure_modules_import_only_stdlib_models_and_errors(module):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
-    local = {m for m in imported if m.startswith("stbproxy")}
-    assert local <= {"stbproxy.models", "stbproxy.errors"}
+            if node.module == "stbproxy":
+                imported |= {f"stbproxy.{a.name}" for a in node.names}
+    local = {m for m in imported if m.startswith("stbproxy.")}
+    assert local <= {"stbproxy.models", "stbproxy.errors", "stbproxy.jsonsafe"}
     assert not imported & {"mitmproxy", "rocksdict", "openai", "click", "httpx", "requests"}
 
 
