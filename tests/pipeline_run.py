@@ -175,7 +175,9 @@ class _ToolHandler(BaseHTTPRequestHandler):
         call = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         function = function_name(call["api_name"], call["tool_name"])
         self.server.owner.calls.append(("virtual", function))  # type: ignore[attr-defined]
-        found = self.server.owner.script.observation(function, json.loads(call["tool_input"] or "{}"))  # type: ignore[attr-defined]
+        tool_input = call["tool_input"]  # an object as StableToolBench's server re-packs it, or a JSON string
+        args = json.loads(tool_input or "{}") if isinstance(tool_input, str) else tool_input
+        found = self.server.owner.script.observation(function, args)  # type: ignore[attr-defined]
         document = found or {"error": f"no such call of {function}", "response": ""}
         self._answer(200, json.dumps(document).encode(), "application/json")
 
