@@ -1,261 +1,104 @@
-"""Answers rebuilt from vcrpy cassettes (one cassette, or one session folder, per query).
+"""Answers from vcrpy cassettes: one cassette (or session folder) per query, or many
+conversations in one recording.
 
-A cassette holds the agent's chat-completion calls to an OpenAI-compatible endpoint and
-the tool HTTP calls it made. The last chat-completion call carries the whole conversation,
-so the trajectory is read from its messages plus the reply: assistant text becomes an
-assistant node, each tool call a tool node with the result the agent was shown. A tool
-call whose result never reached the model takes the next tool HTTP response recorded
-after that call. The final answer is the ``Finish`` call's arguments; an agent that was
-never offered ``Finish`` ends with its last assistant message.
+A cassette holds an agent's LLM calls and the tool HTTP calls it made. trajectories.py
+turns them into one answer per conversation: a cassette named by its query id (or a
+session folder of cassettes) that holds one conversation keeps that id, and one that
+holds many names each by the query it states (``--queries``) or by a digest.
 
-Cassettes are read with vcrpy's own deserializer, never through the proxy package.
+Cassettes are read with vcrpy's own deserializer, never through the proxy package; a
+cassette document already in memory (what a tool that embeds stbeval hands over, e.g.
+a proxy session) is read the same way.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from pathlib import Path
 from typing import Any
 
+from vcr.request import Request as VcrRequest
 from vcr.serialize import deserialize
-from vcr.serializers import jsonserializer, yamlserializer
+from vcr.serializers import compat, jsonserializer, yamlserializer
 
-from .answers import CASSETTE_SUFFIXES, FINISH, Answer, Problem, tree_problem
+from .llm_apis import body_text
+from .model import Problem
+from .queries import QueryIndex
+from .trajectories import Named, Recorded, answers_from_traffic, read_traffic
 
-_CHAT_PATH = "/chat/completions"
+CASSETTE_SUFFIXES = (".yaml", ".yml")
 
 
 class _Bad(Exception):
-    """A cassette that cannot become an answer; the message says why."""
+    """A cassette that cannot be read; the message says why."""
 
 
-def load_cassette(path: Path, qid: str) -> Answer | Problem:
-    """The answer recorded in one cassette file, named by its query id."""
+def load_cassette(path: Path, qid: str, queries: QueryIndex | None = None) -> tuple[list[Named], list[str]]:
+    """The answers recorded in one cassette file named ``qid`` (its stem), and notes."""
     try:
-        interactions, meta = _read(path)
-        return _rebuild(qid, interactions, meta, str(path))
+        recorded, meta = _read(path)
     except _Bad as exc:
-        return Problem(qid, str(exc), str(path))
+        return [(None, Problem(qid, str(exc), str(path)))], []
+    return answers_from_traffic(read_traffic(recorded), where=str(path), queries=queries, single_id=qid, meta=meta)
 
 
-def load_session(folder: Path, qid: str) -> Answer | Problem:
-    """The answer recorded across the cassettes of a session folder, in file-name order."""
-    interactions: list[tuple[Any, dict[str, Any]]] = []
+def load_session(folder: Path, qid: str, queries: QueryIndex | None = None) -> tuple[list[Named], list[str]]:
+    """The answers recorded across the cassettes of a session folder, in file-name order."""
+    recorded: list[Recorded] = []
     meta: dict[str, Any] = {}
     try:
         for file in sorted(folder.iterdir(), key=lambda p: p.name):
             if file.is_file() and file.suffix in (".json", *CASSETTE_SUFFIXES):
-                more, file_meta = _read(file)
-                interactions.extend(more)
+                more, file_meta = _read(file, start=len(recorded))
+                recorded.extend(more)
                 meta.update(file_meta)
-        return _rebuild(qid, interactions, meta, str(folder))
     except _Bad as exc:
-        return Problem(qid, str(exc), str(folder))
+        return [(None, Problem(qid, str(exc), str(folder)))], []
+    return answers_from_traffic(read_traffic(recorded), where=str(folder), queries=queries, single_id=qid, meta=meta)
 
 
-def _read(path: Path) -> tuple[list[tuple[Any, dict[str, Any]]], dict[str, Any]]:
+def load_document(document: dict[str, Any], where: str, queries: QueryIndex | None = None) -> tuple[list[Named], list[str]]:
+    """The answers of a cassette document in memory (``{"interactions": [...]}``), one per
+    conversation, named by query or digest."""
+    try:
+        recorded = recorded_from_document(document)
+    except ValueError as exc:
+        return [], [f"{where}: {exc}"]
+    return answers_from_traffic(read_traffic(recorded), where=where, queries=queries)
+
+
+def recorded_from_document(document: dict[str, Any]) -> list[Recorded]:
+    """The interactions of a cassette document, read as vcrpy reads a cassette file."""
+    try:
+        interactions = document["interactions"]
+        requests = [VcrRequest(i["request"]["method"], i["request"]["uri"], i["request"].get("body"),
+                               i["request"].get("headers") or {}) for i in interactions]
+        responses = [compat.convert_to_bytes(i["response"]) for i in interactions]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a cassette document ({type(exc).__name__}: {exc})") from exc
+    return _recorded(requests, responses)
+
+
+def _read(path: Path, start: int = 0) -> tuple[list[Recorded], dict[str, Any]]:
     serializer = yamlserializer if path.suffix in CASSETTE_SUFFIXES else jsonserializer
     try:
-        text = path.read_text(encoding="utf-8")
-        loaded = deserialize(text, serializer)
+        loaded = deserialize(path.read_text(encoding="utf-8"), serializer)
     except Exception as exc:  # vcrpy raises ValueError, yaml and json errors alike
         raise _Bad(f"not a readable vcrpy cassette ({type(exc).__name__}: {exc})") from exc
-    requests, responses = loaded[0], loaded[1]
     meta = loaded[2] if len(loaded) > 2 and isinstance(loaded[2], dict) else {}
-    return list(zip(requests, responses)), meta
+    return _recorded(loaded[0], loaded[1], start), meta
 
 
-def _rebuild(qid: str, interactions: list[tuple[Any, dict[str, Any]]], meta: dict[str, Any], where: str) -> Answer | Problem:
-    chats: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = []
-    tool_http: list[tuple[int, str]] = []
-    for index, (request, response) in enumerate(interactions):
-        if request.method.upper() == "POST" and request.path.rstrip("/").endswith(_CHAT_PATH):
-            body = _json_body(request.body, {}, "chat-completion request")
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise _Bad(f"chat-completion request #{index} has no messages")
-            chats.append((index, body, _chat_reply(response, index)))
-        else:
-            tool_http.append((index, _text(response.get("body", {}).get("string"), response.get("headers", {}))))
-    if not chats:
-        raise _Bad("cassette holds no chat-completion call")
-
-    last_index, request, reply = chats[-1]
-    messages = list(request["messages"])
-    if reply is not None:
-        messages.append(reply)
-    query = meta.get("query") or _query(messages)
-    if not query:
-        raise _Bad("no user message to take the query from")
-    tools = _tools(request)
-    offered_finish = any(t.get("name") == FINISH for t in tools)
-    late_results = [text for i, text in tool_http if i > last_index]
-
-    steps, final_call_args, final_text = _steps(messages, late_results)
-    if final_call_args is not None:
-        final_answer = final_call_args
-    elif not offered_finish and final_text:
-        final_answer = final_text
-    else:
-        final_answer = ""
-    details: list[dict[str, Any]] = []
-    tail = details
-    for node in [{"role": "system", "message": ""}, {"role": "user", "message": query}, *steps]:
-        linked = {"role": node["role"], "message": node["message"], "next": []}
-        tail.append(linked)
-        tail = linked["next"]
-    broken = tree_problem(details)
-    if broken:
-        raise _Bad(f"broken answer tree: {broken}")
-    return Answer(
-        query_id=str(meta.get("query_id", qid)),
-        query=query,
-        available_tools=tools,
-        method=str(meta.get("method", "cassette")),
-        total_steps=len(steps) + 2,
-        final_answer=final_answer,
-        answer_details=details,
-        source="cassette",
-        finish_optional=not offered_finish,
-    )
-
-
-def _steps(messages: list[dict[str, Any]], late_results: list[str]) -> tuple[list[dict[str, Any]], str | None, str]:
-    """Nodes after the query, the last Finish call's arguments, and the closing text."""
-    results = {m.get("tool_call_id"): _content(m) for m in messages if m.get("role") == "tool"}
-    legacy = [_content(m) for m in messages if m.get("role") == "function"]
-    late = list(late_results)
-    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
-    steps: list[dict[str, Any]] = []
-    finish_args: str | None = None
-    closing = ""
-    for message in messages[first_user + 1 :]:
-        if message.get("role") != "assistant":
-            continue
-        text = _content(message)
-        calls = _calls(message)
-        if text:
-            steps.append({"role": "assistant", "message": text})
-        closing = text if not calls else ""
-        for call_id, name, arguments in calls:
-            if name == FINISH:
-                finish_args = arguments
-                response = ""
-            elif call_id is not None and call_id in results:
-                response = results[call_id]
-            elif call_id is None and legacy:
-                response = legacy.pop(0)
-            else:
-                response = late.pop(0) if late else ""
-            steps.append({"role": "tool", "message": {"name": name, "arguments": arguments, "response": response}})
-    return steps, finish_args, closing
-
-
-def _calls(message: dict[str, Any]) -> list[tuple[str | None, str, str]]:
-    out: list[tuple[str | None, str, str]] = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        out.append((call.get("id"), str(fn.get("name", "")), _arguments(fn.get("arguments"))))
-    legacy = message.get("function_call")
-    if legacy:
-        out.append((None, str(legacy.get("name", "")), _arguments(legacy.get("arguments"))))
+def _recorded(requests: list[Any], responses: list[dict[str, Any]], start: int = 0) -> list[Recorded]:
+    out = []
+    for offset, (request, response) in enumerate(zip(requests, responses)):
+        status = (response.get("status") or {}).get("code", 200)
+        out.append(Recorded(
+            index=start + offset,
+            method=str(request.method).upper(),
+            url=str(request.uri),
+            path=str(request.path),
+            request_text=body_text(request.body, dict(request.headers)),
+            status=int(status) if isinstance(status, (int, str)) and str(status).isdigit() else 200,
+            response_text=body_text((response.get("body") or {}).get("string"), response.get("headers") or {}),
+        ))
     return out
-
-
-def _arguments(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _content(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
-def _query(messages: list[dict[str, Any]]) -> str:
-    for message in messages:
-        if message.get("role") == "user":
-            return _content(message)
-    return ""
-
-
-def _tools(request: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(request.get("tools"), list):
-        return [t.get("function", t) for t in request["tools"] if isinstance(t, dict)]
-    if isinstance(request.get("functions"), list):
-        return [f for f in request["functions"] if isinstance(f, dict)]
-    return []
-
-
-def _chat_reply(response: dict[str, Any], index: int) -> dict[str, Any] | None:
-    """The assistant message a recorded chat-completion call returned (None for an error)."""
-    status = (response.get("status") or {}).get("code", 200)
-    if status >= 400:
-        return None
-    raw = _text(response.get("body", {}).get("string"), response.get("headers", {}))
-    if raw.lstrip().startswith("data:"):
-        return _from_stream(raw)
-    try:
-        body = json.loads(raw)
-        return dict(body["choices"][0]["message"])
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise _Bad(f"chat-completion reply #{index} is not a completion ({type(exc).__name__})") from exc
-
-
-def _from_stream(raw: str) -> dict[str, Any]:
-    """Assemble a streamed (server-sent events) completion into one message."""
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for line in raw.splitlines():
-        line = line.strip()
-        if not line.startswith("data:") or line == "data: [DONE]":
-            continue
-        try:
-            delta = json.loads(line[5:])["choices"][0].get("delta", {})
-        except (ValueError, KeyError, IndexError, TypeError):
-            continue
-        content.append(delta.get("content") or "")
-        for part in delta.get("tool_calls") or []:
-            slot = calls.setdefault(part.get("index", 0), {"id": None, "function": {"name": "", "arguments": ""}})
-            slot["id"] = part.get("id") or slot["id"]
-            fn = part.get("function") or {}
-            slot["function"]["name"] += fn.get("name") or ""
-            slot["function"]["arguments"] += fn.get("arguments") or ""
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return message
-
-
-def _text(body: Any, headers: dict[str, Any]) -> str:
-    if body is None:
-        return ""
-    if isinstance(body, str):
-        return body
-    encoding = ",".join(_header(headers, "content-encoding")).lower()
-    try:
-        if "gzip" in encoding:
-            body = gzip.decompress(body)
-        elif "deflate" in encoding:
-            body = zlib.decompress(body)
-    except (OSError, zlib.error):
-        pass  # already decoded by the recorder (decode_compressed_response)
-    return body.decode("utf-8", errors="replace")
-
-
-def _header(headers: dict[str, Any], name: str) -> list[str]:
-    for key, value in (headers or {}).items():
-        if key.lower() == name:
-            return [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    return []
-
-
-def _json_body(body: Any, headers: dict[str, Any], what: str) -> Any:
-    try:
-        return json.loads(_text(body, headers) or "null")
-    except ValueError as exc:
-        raise _Bad(f"{what} body is not JSON") from exc

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import click
 
-from . import report
-from .answers import GROUP_RE, Answer, Problem, load_answers, load_ids, to_converted
+from . import calls, calls_report, report
+from .answers import GROUP_RE, Answer, Problem, load_ids, to_converted
 from .errors import EvalError, JudgeFatalError
 from .judge import DEFAULT_MODEL, Judge, JudgeSettings
 from .judgelog import LOG_NAME, JudgeLog
@@ -25,6 +25,7 @@ from .passrate import MISSING_POLICIES, pass_rate
 from .prompts import Prompts, load_template
 from .runner import DEFAULT_CONCURRENCY, Progress
 from .solvable import load_tasks, solvable, write_ids
+from .sources import load_queries, load_source
 from .winrate import win_rate
 
 MAX_WARNINGS = 40  # printed; all of them are kept in summary.json
@@ -149,9 +150,10 @@ def _echo_stats(judge: Judge) -> None:
                f"(re-used judgments had cost {st.logged_prompt_tokens} + {st.logged_completion_tokens})", err=True)
 
 
-def _method_name(path: Path) -> str:
-    """A method name from the answers path: its folder unless that is named by group."""
-    path = path.resolve()
+def _method_name(source: str | Path) -> str:
+    """A method name from the answers path (its folder unless that is named by group),
+    or the recorded session it names."""
+    path = Path(source).resolve()
     name = path.stem if path.is_file() else path.name
     while GROUP_RE.match(name) and path.parent != path:
         path = path.parent
@@ -213,9 +215,23 @@ def eval_group() -> None:
     pass
 
 
+_queries_option = click.option(
+    "--queries", multiple=True, type=click.Path(exists=True, path_type=Path),
+    help="StableToolBench query files (or their folder): recorded conversations get the id of the "
+         "query their task states. Repeatable.")
+_SOURCE_HELP = " (file or folder), or a recorded session holding many conversations."
+
+
+def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...]) -> list[Any]:
+    index, problems = load_queries(queries)
+    loaded = [load_source(source, seed=seed, queries=index) for source in sources]
+    loaded[0].problems[:0] = problems
+    return loaded
+
+
 @eval_group.command("pass-rate", epilog=PASS_RATE_EXAMPLE)
-@click.option("--answers", required=True, type=click.Path(exists=True, path_type=Path),
-              help="Converted answers, raw ToolBench answers or cassettes (file or folder).")
+@click.option("--answers", required=True, help="Converted answers, raw ToolBench answers or cassettes" + _SOURCE_HELP)
+@_queries_option
 @click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path),
               help="Solvable ids: a {qid: 0} file per group, or their folder.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -228,11 +244,11 @@ def eval_group() -> None:
 @click.option("--chart/--no-chart", default=True, show_default=True, help="Write sopr.png into --out.")
 @_judge_options()
 @_handle_errors
-def pass_rate_cmd(answers: Path, ids: Path, out: Path, rounds: int, missing: str, method: str | None, seed: int,
-                  chart: bool, **opts: Any) -> None:
+def pass_rate_cmd(answers: str, queries: tuple[Path, ...], ids: Path, out: Path, rounds: int, missing: str,
+                  method: str | None, seed: int, chart: bool, **opts: Any) -> None:
     """Solvable pass rate of one method, per group, mean±std over rounds."""
     id_groups = load_ids(ids)
-    loaded = load_answers(answers, seed=seed)
+    [loaded] = _load_sources([answers], seed, queries)
     name = method or _method_name(answers)
 
     def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
@@ -251,8 +267,9 @@ def pass_rate_cmd(answers: Path, ids: Path, out: Path, rounds: int, missing: str
 
 
 @eval_group.command("win-rate", epilog=WIN_RATE_EXAMPLE)
-@click.option("--candidate", required=True, type=click.Path(exists=True, path_type=Path), help="Candidate answers.")
-@click.option("--reference", required=True, type=click.Path(exists=True, path_type=Path), help="Reference answers.")
+@click.option("--candidate", required=True, help="Candidate answers" + _SOURCE_HELP)
+@click.option("--reference", required=True, help="Reference answers" + _SOURCE_HELP)
+@_queries_option
 @click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path), help="Solvable ids file or folder.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Run folder.")
 @click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True, help="Voting rounds.")
@@ -265,12 +282,12 @@ def pass_rate_cmd(answers: Path, ids: Path, out: Path, rounds: int, missing: str
               help="The reference's name in tables [default: its answers' folder or file name].")
 @_judge_options()
 @_handle_errors
-def win_rate_cmd(candidate: Path, reference: Path, ids: Path, out: Path, rounds: int, missing: str, seed: int,
-                 candidate_name: str | None, reference_name: str | None, **opts: Any) -> None:
+def win_rate_cmd(candidate: str, reference: str, queries: tuple[Path, ...], ids: Path, out: Path, rounds: int,
+                 missing: str, seed: int, candidate_name: str | None, reference_name: str | None,
+                 **opts: Any) -> None:
     """Solvable win rate of a candidate against a reference, with wins, ties and losses."""
     id_groups = load_ids(ids)
-    mine = load_answers(candidate, seed=seed)
-    theirs = load_answers(reference, seed=seed)
+    mine, theirs = _load_sources([candidate, reference], seed, queries)
     c_name = candidate_name or _method_name(candidate)
     r_name = reference_name or _method_name(reference)
 
@@ -350,15 +367,15 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, tit
 
 
 @eval_group.command("convert")
-@click.option("--answers", required=True, type=click.Path(exists=True, path_type=Path),
-              help="Raw ToolBench answers or cassettes (file or folder).")
+@click.option("--answers", required=True, help="Raw ToolBench answers or cassettes" + _SOURCE_HELP)
+@_queries_option
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Converted JSON file (one group) or folder (one <group>.json per group).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the answer path choice.")
 @_handle_errors
-def convert_cmd(answers: Path, out: Path, seed: int) -> None:
+def convert_cmd(answers: str, queries: tuple[Path, ...], out: Path, seed: int) -> None:
     """Write answers in StableToolBench's converted format (what the judge sees)."""
-    loaded = load_answers(answers, seed=seed)
+    [loaded] = _load_sources([answers], seed, queries)
     for message in loaded.problems:
         click.echo(f"warning: {message}", err=True)
     groups = {g: [a for a in items.values() if isinstance(a, Answer)] for g, items in loaded.by_group.items()}
@@ -374,3 +391,35 @@ def convert_cmd(answers: Path, out: Path, seed: int) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(to_converted(items), ensure_ascii=False) + "\n", encoding="utf-8")
         click.echo(f"{target}: {len(items)} answers", err=True)
+
+
+CALLS_EXAMPLE = """\b
+Example:
+  stbproxy eval calls --answers answer/my_agent --reference answer/golden \\
+      --ids solvable_queries/test_query_ids --out runs/my_agent_calls
+"""
+
+
+@eval_group.command("calls", epilog=CALLS_EXAMPLE)
+@click.option("--answers", required=True,
+              help="The run: converted answers, raw ToolBench answers or cassettes" + _SOURCE_HELP)
+@click.option("--reference", required=True, help="The reference run, in any of the same forms.")
+@click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path),
+              help="Query ids: a {qid: 0} file per group, or their folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder: summary.json, table.md, table.csv, details/<group>/<qid>.json.")
+@_queries_option
+@click.option("--volatile-field", "volatile", multiple=True,
+              help="An argument never compared, like a timestamp (repeatable); secret fields never are.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
+@_handle_errors
+def calls_cmd(answers: str, reference: str, ids: Path, out: Path, queries: tuple[Path, ...],
+              volatile: tuple[str, ...], seed: int) -> None:
+    """Call accuracy (in order and in any order) and ROUGE-L against a reference run; no judge."""
+    result = calls.compare_runs(calls.load_side(answers, seed=seed, queries=queries),
+                                calls.load_side(reference, seed=seed, queries=queries), load_ids(ids),
+                                run_name=_method_name(answers), reference_name=_method_name(reference),
+                                left_out=calls.left_out_fields(volatile))
+    for problem in result.problems:
+        click.echo(f"warning: {problem}", err=True)
+    click.echo(calls_report.write(out, result), nl=False)

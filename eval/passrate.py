@@ -1,8 +1,8 @@
 """Solvable pass rate (SoPR): per query labels over R rounds, per group mean and spread.
 
 Rules (StableToolBench's, with its missing-answer quirk made optional):
-- an answer whose last step is not a ``Finish`` call, that gave up, or whose final
-  answer is empty is Unsolved without asking the judge;
+- an answer whose last tool call is not ``Finish``, that gave up, or whose final
+  answer is empty is Unsolved without asking the judge (see :func:`precheck`);
 - otherwise the judge checks the final answer, and checks the whole trace when the
   first verdict is Unsure;
 - Solved = 1, Unsure = 0.5, Unsolved = 0; a round's score is the mean over queries;
@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .answers import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, parse_finish, step_name
+from .model import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, last_tool_step, parse_finish, step_name
 from .errors import InputError
 from .judge import Judge
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
@@ -83,15 +83,24 @@ class PassRate:
 
 
 def precheck(answer: Answer) -> str | None:
-    """Why ``answer`` is Unsolved without a judge, or None when the judge must decide."""
+    """Why ``answer`` is Unsolved without a judge, or None when the judge must decide.
+
+    As in the original: the last tool call on the answer's path must be ``Finish``
+    (assistant text after it changes nothing), and give-up and emptiness are read from
+    the final answer, not from the tree. Two deliberate differences (docs/eval.md):
+    when the final answer is the Finish call's JSON arguments, its ``return_type`` says
+    whether the agent gave up (the phrase inside the answer's text does not), and an
+    answer whose text is blank is Unsolved even when its JSON wrapper is not.
+    """
     last = last_step(answer)
     if last is None:
         return "empty answer tree"
-    if last.get("role") == "tool" and step_name(last) == FINISH:
+    final_call = last_tool_step(answer)
+    if final_call is not None and step_name(final_call) == FINISH:
         return_type, text = parse_finish(answer.final_answer)
-        if return_type == GIVE_UP or GIVE_UP in str(last.get("message", "")):
+        if return_type == GIVE_UP:
             return "gave up (give_up_and_restart)"
-        if not answer.final_answer.strip() or not text.strip():
+        if not text.strip():
             return "empty final answer"
         return None
     if answer.finish_optional and last.get("role") == "assistant" and answer.final_answer.strip():

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .answers import main_path
+from .model import main_path
 from .errors import InputError
 from .passrate import AVERAGE, PassRate
 from .solvable import Solvable

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .answers import read_json
 from .errors import InputError
 from .judge import Judge
+from .model import function_schemas
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
 
 
@@ -78,7 +79,9 @@ def load_tasks(path: str | Path) -> tuple[list[Task], list[str]]:
                 if not isinstance(entry, dict) or "query" not in entry:
                     problems.append(f"query {qid}: no query in {file}; skipped")
                     continue
-                tasks.append(Task(group, str(qid), str(entry["query"]), list(entry.get("available_tools") or [])))
+                tools = entry.get("available_tools")
+                tasks.append(Task(group, str(qid), str(entry["query"]),
+                                  function_schemas(tools) if isinstance(tools, list) else []))
         else:
             problems.append(f"{file}: neither a query list nor converted answers; skipped")
     return tasks, problems

@@ -4,6 +4,12 @@ The rules follow StableToolBench's converter: a valid answer is read from its la
 training conversation; an invalid one from a try (CoT) or the search tree (DFS), walking
 to a leaf by random choices. Those choices come from a generator seeded by the query
 id, so converting twice, or in another order, gives the same tree.
+
+Conversations may be in the legacy message format or in today's (``tool_calls``,
+``role: tool``; see messages.py), and the functions may be listed bare or wrapped as
+``{"type": "function", "function": ...}``: the converted answer is the same either way.
+Search trees (``trys`` chains, DFS ``tree``) look alike in both: a message with several
+tool calls is a run of Action / Action Input nodes there.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .answers import Answer, Problem, tree_problem
+from .messages import read_steps
+from .model import Answer, Problem, chain, function_schemas, tree_problem
 
 # Some ToolBench methods log a tool-retrieval step under this name; it is not an API
 # call of the agent, and the original drops it too.
@@ -31,6 +38,8 @@ def convert_raw(data: dict[str, Any], *, qid: str, method: str, seed: int = 0, w
         for key in ("query", "function", "final_answer"):
             if key not in gen:
                 raise _Bad(f"answer_generation has no {key!r}")
+        if not isinstance(gen["function"], list):
+            raise _Bad("answer_generation's 'function' is not a list")
         if gen.get("valid_data"):
             steps = _from_messages(gen.get("train_messages"))
         else:
@@ -49,7 +58,7 @@ def convert_raw(data: dict[str, Any], *, qid: str, method: str, seed: int = 0, w
     # System and user messages are blanked, as the original does: the judge gets the
     # query separately and the system prompt is the same for every answer.
     steps = [s for s in steps if not (s["role"] == "tool" and s["message"].get("name") == _SELECTION)]
-    details = _chain([{"role": "system", "message": ""}, {"role": "user", "message": ""}, *steps])
+    details = chain([{"role": "system", "message": ""}, {"role": "user", "message": ""}, *steps])
     broken = tree_problem(details)
     if broken:
         return Problem(qid, f"broken answer tree: {broken}", where)
@@ -57,24 +66,13 @@ def convert_raw(data: dict[str, Any], *, qid: str, method: str, seed: int = 0, w
     return Answer(
         query_id=qid,
         query=str(gen["query"]),
-        available_tools=list(gen["function"]),
+        available_tools=function_schemas(gen["function"]),
         method=method,
         total_steps=len(steps) + 2,
         final_answer=final if isinstance(final, str) else str(final),
         answer_details=details,
         source="toolbench",
     )
-
-
-def _chain(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Link a sequence of nodes into a one-branch tree."""
-    root: list[dict[str, Any]] = []
-    tail = root
-    for node in nodes:
-        linked = {"role": node["role"], "message": node["message"], "next": []}
-        tail.append(linked)
-        tail = linked["next"]
-    return root
 
 
 def _tool(name: Any, arguments: Any, response: Any) -> dict[str, Any]:
@@ -84,26 +82,9 @@ def _tool(name: Any, arguments: Any, response: Any) -> dict[str, Any]:
 def _from_messages(conversations: Any) -> list[dict[str, Any]]:
     if not isinstance(conversations, list) or not conversations or not isinstance(conversations[-1], list):
         raise _Bad("valid answer without train_messages")
-    messages = conversations[-1]
-    steps: list[dict[str, Any]] = []
-    i = 2  # past the system prompt and the query
-    while i < len(messages):
-        msg = messages[i]
-        i += 1
-        if msg.get("role") != "assistant":
-            continue  # function results are read with their call; extra prompts are noise
-        call = msg.get("function_call")
-        if call:
-            response = ""
-            if i < len(messages) and messages[i].get("role") == "function":
-                response = messages[i].get("content", "")
-                i += 1
-            if call.get("name") == "Finish":
-                response = ""
-            steps.append(_tool(call.get("name"), call.get("arguments", ""), response))
-        else:
-            steps.append({"role": "assistant", "message": msg.get("content") or ""})
-    return steps
+    # Past the system prompt and the query; the text beside a call is dropped, as the
+    # original converter does.
+    return read_steps(conversations[-1][2:], thoughts=False).steps
 
 
 def _from_try(trys: list[Any], rng: random.Random) -> list[dict[str, Any]]:

@@ -1,12 +1,14 @@
 """Solvable win rate (SoWR) of a candidate against a reference.
 
-Per query and round: both answers get their pass-rate label for that round; when one is
-Solved and the other Unsolved, the Solved one wins the round with no judge call (the
-shortcut the original meant to take); otherwise the judge picks the better answer, the
-two shown in an order drawn from a generator seeded by (seed, group, query, round). The
-candidate wins a query when it wins more rounds than the reference, loses when it wins
-fewer, and ties otherwise. Win rate = wins / queries; ties and losses are reported
-beside it.
+Per query and round: both answers get their pass-rate label for that round. When the
+labels differ, the better one wins the round with no judge call (Solved over Unsure
+over Unsolved, as the original orders them). When they are equal and the two answers
+would look the same to the judge, the round is a tie, again with no call. Otherwise
+the judge picks the better answer, the two shown in an order drawn from a generator
+seeded by (seed, group, query, round), each without its method name and with its
+final answer cut to 1,000 characters, as in the original. The candidate wins a query
+when it wins more rounds than the reference, loses when it wins fewer, and ties
+otherwise. Win rate = wins / queries; ties and losses are reported beside it.
 
 A query one side has no usable answer for is lost by that side (``missing="unsolved"``)
 or left out (``missing="skip"``); with both answers missing it is a tie.
@@ -20,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .answers import AnswerSet
+from .model import AnswerSet
 from .judge import Judge
 from .passrate import AVERAGE, Notes, Outcome, check_options, collect, plan
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
@@ -37,7 +39,7 @@ class Duel:
     candidate: Outcome
     reference: Outcome
     rounds: list[str]  # per round: "candidate", "reference" or "none" (no winner)
-    how: list[str]  # per round: "shortcut", "judge", "missing", "unscored"
+    how: list[str]  # per round: "shortcut", "identical", "judge", "missing", "unscored"
     reasons: list[str]
 
     @property
@@ -60,7 +62,7 @@ class GroupWins:
     wins: int
     ties: int
     losses: int
-    judge_calls_saved: int = 0  # rounds the shortcut decided
+    judge_calls_saved: int = 0  # rounds decided without a comparison (shortcut or identical answers)
 
     @property
     def queries(self) -> int:
@@ -89,13 +91,15 @@ class WinRate:
     problems: list[str] = field(default_factory=list)
 
 
+#: How the labels rank answers when they differ.
+RANK = {"Solved": 2, "Unsure": 1, "Unsolved": 0}
+
+
 def shortcut(candidate: str, reference: str) -> str | None:
-    """The round's winner when the labels settle it without a judge."""
-    if candidate == "Solved" and reference == "Unsolved":
-        return CANDIDATE
-    if reference == "Solved" and candidate == "Unsolved":
-        return REFERENCE
-    return None
+    """The round's winner when the labels settle it without a judge: two different labels."""
+    if candidate not in RANK or reference not in RANK or candidate == reference:
+        return None
+    return CANDIDATE if RANK[candidate] > RANK[reference] else REFERENCE
 
 
 def swapped(seed: int, group: str, qid: str, r: int) -> bool:
@@ -142,10 +146,13 @@ def win_rate(candidates: AnswerSet, references: AnswerSet, ids: dict[str, list[s
         if quick:
             return quick, "shortcut", f"candidate {c_label}, reference {r_label}"
         assert c.answer is not None and ref.answer is not None
+        mine, theirs = c.answer.select_view(), ref.answer.select_view()
+        if mine == theirs:
+            return "none", "identical", "the judge would see two identical answers"
         flip = swapped(seed, duel.group, duel.qid, r)
-        first, second = (ref.answer, c.answer) if flip else (c.answer, ref.answer)
-        verdict = judge.select_better_answer(c.answer.query, json.dumps(first.judge_view()),
-                                             json.dumps(second.judge_view()), qid=duel.qid, round=r)
+        first, second = (theirs, mine) if flip else (mine, theirs)
+        verdict = judge.select_better_answer(c.answer.query, json.dumps(first), json.dumps(second),
+                                             qid=duel.qid, round=r)
         if verdict.status != "ok":
             return "none", "unscored", verdict.reason
         picked_first = verdict.label == 0
@@ -161,7 +168,7 @@ def win_rate(candidates: AnswerSet, references: AnswerSet, ids: dict[str, list[s
     groups = []
     for group, rows in duels.items():
         results_ = [d.result for d in rows]
-        saved = sum(d.how.count("shortcut") for d in rows)
+        saved = sum(d.how.count("shortcut") + d.how.count("identical") for d in rows)
         groups.append(GroupWins(group, results_.count("win"), results_.count("tie"), results_.count("loss"), saved))
     average = None
     average_rate = None

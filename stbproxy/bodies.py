@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from stbproxy import jsonsafe
 from stbproxy.keys import is_json_type
 from stbproxy.models import Response
 
@@ -28,7 +29,7 @@ def body_value(body: bytes, content_type: str | None) -> Any:
     text = body.decode("utf-8", "replace")
     if is_json_type(content_type):
         try:
-            return json.loads(text)
+            return jsonsafe.loads(text)
         except ValueError:
             return text
     return text

@@ -20,6 +20,7 @@ from stbproxy.cassettes import Interaction, imported_exchange, read_cassette
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
+from stbproxy.store import OneTier
 
 
 @dataclass
@@ -40,7 +41,7 @@ class PlaybackReport:
                 "(not in the cassette, or already played)")
 
 
-class CassetteStore:
+class CassetteStore(OneTier):
     readonly = False  # writes are accepted, and kept in memory only
     reads_cacheable = False  # every read counts: ordered playback and the played report
 
@@ -140,20 +141,22 @@ def describe_miss(miss: dict) -> list[str]:
     return lines
 
 
-def session_exchanges(db, name: str, skipped: list[str]) -> list[Exchange]:
-    """The stored exchanges a session's log points at, in its order; a record whose
-    answer is gone (forgotten, or damaged) is noted in ``skipped`` and left out."""
-    out = []
+def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
+    """The stored exchanges a session's log points at, in its order, and a line for each
+    record whose answer is gone (forgotten) or damaged (left out)."""
+    out: list[Exchange] = []
+    skipped: list[str] = []
     for record in db.session_records(name):
         key = record.get("key") or ""
+        # A compact record names its request only through the stored exchange it points at.
+        where = f"#{record.get('seq')} " + (f"{record['method']} {record['url']}" if record.get("url") else key)
         try:
             exchange = db.get(key) if key else None
         except StbError as exc:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: {exc}")
+            skipped.append(f"{where}: {exc}")
             continue
         if exchange is None:
-            skipped.append(f"#{record.get('seq')} {record.get('method')} {record.get('url')}: "
-                           f"its answer is not stored ({key or 'never kept'})")
+            skipped.append(f"{where}: its answer is not stored ({key or 'never kept'})")
             continue
         out.append(exchange)
-    return out
+    return out, skipped

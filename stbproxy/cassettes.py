@@ -11,23 +11,25 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import re
 import tempfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from vcr.serialize import CASSETTE_FORMAT_VERSION
 from vcr.serializers import compat, jsonserializer, yamlserializer
 
 from stbproxy.errors import InputError, StbError
-from stbproxy.keys import DEFAULT_RULES, KeyRules
-from stbproxy.models import Exchange, Headers, Request, Response, Source
+from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key
+from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.redact import redact_request, redact_response, secret_values
-from stbproxy.routing import http_call
+from stbproxy.routing import VIRTUAL_HOST, http_call
 
 SOURCE_HEADER = "X-Stb-Source"  # the same header the engine answers with
 Format = Literal["yaml", "json"]
@@ -264,6 +266,9 @@ def imported_exchange(request: Request, response: Response, *, catalog, rules: K
     """The stored form of an outside exchange: keyed exactly as the proxy keys the request
     (API keys where the catalog maps it), redacted, with source ``imported``."""
     call = http_call(request, catalog, rules)
+    stand_in = _stand_in_api(request)
+    if stand_in is not None and call.api is None:
+        call = replace(call, key=api_key(stand_in[0], stand_in[1], rules), api=stand_in[0])
     secrets = secret_values(request, rules)
     response = Response(response.status,
                         tuple((k, v) for k, v in response.headers
@@ -274,6 +279,22 @@ def imported_exchange(request: Request, response: Response, *, catalog, rules: K
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+def _stand_in_api(request: Request) -> tuple[ApiRef, dict] | None:
+    """The API and arguments of an exported /virtual call whose real URL was unknown: the
+    proxy keeps it as ``POST http://virtual.invalid/<category>/<tool>/<api>`` with the
+    arguments as a JSON body (routing.stored_request), and keys it as that API's call."""
+    if request.host != VIRTUAL_HOST:
+        return None
+    parts = [p for p in urlsplit(request.url).path.split("/") if p]
+    try:
+        args = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if len(parts) != 3 or not isinstance(args, dict):
+        return None
+    return ApiRef(*parts), args
 
 
 def _grouped(headers: Headers) -> dict[str, list[str]]:

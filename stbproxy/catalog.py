@@ -58,10 +58,31 @@ def tool_key(tool_name: str, category: str) -> str:
 
 
 def _tool_key(tool_name: str, cat_key: str) -> str:
+    return _tool_std(tool_name, cat_key) + "_for_" + cat_key
+
+
+def _tool_std(tool_name: str, cat_key: str) -> str:
+    """The standardized tool name alone (what agents' function names end with)."""
     suffix = "_for_" + cat_key
     if tool_name.endswith(suffix):
         tool_name = tool_name[: -len(suffix)]
-    return standardize(tool_name) + suffix
+    return standardize(tool_name)
+
+
+def called_api_key(api_name: str, tool_name: str, category: str) -> str:
+    """The API key StableToolBench's server reads from a /virtual call's ``api_name``.
+
+    Standardized, and cut before ``_for_<tool>``: agents often send the whole function
+    name they were shown (``songkick_concert_for_theclique``) instead of the API's name.
+    """
+    return _called_api_key(api_name, _tool_std(tool_name, category_key(category)))
+
+
+def _called_api_key(api_name: str, tool_std: str) -> str:
+    key = api_key_name(api_name)
+    if not tool_std:
+        return key
+    return key.split(f"_for_{tool_std}")[0] or key
 
 
 def function_name(api_name: str, tool_name: str) -> str:
@@ -124,12 +145,43 @@ class ApiDoc:
     optional_parameters: tuple[Param, ...] = ()
     template_response: Any = None
     ref: ApiRef = field(init=False, compare=False)
+    # Documented parameter name <-> the standardized one agents see in the function
+    # schema (ToolBench renames ``id`` to ``is_id``, ``playerId`` to ``playerid``, ...).
+    key_names: Mapping[str, str] = field(init=False, compare=False, repr=False)
+    wire_names: Mapping[str, str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         cat = category_key(self.category)
         object.__setattr__(self, "ref", ApiRef(cat, _tool_key(self.tool, cat),
                                                api_key_name(self.api)))
         object.__setattr__(self, "method", self.method.upper())
+        key_names: dict[str, str] = {}
+        wire_names: dict[str, str] = {}
+        for param in self.required_parameters + self.optional_parameters:
+            standard = api_key_name(param.name)
+            if standard != param.name:
+                key_names.setdefault(param.name, standard)
+                wire_names.setdefault(standard, param.name)  # the first one listed wins
+        object.__setattr__(self, "key_names", key_names)
+        object.__setattr__(self, "wire_names", wire_names)
+
+    def key_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Arguments under their standardized names, as keys and StableToolBench's cache
+        use them; a name the doc does not list is kept as given."""
+        if not self.key_names:
+            return dict(args)
+        out: dict[str, Any] = {}
+        for name, value in args.items():
+            target = self.key_names.get(name, name)
+            if target not in out or target == name:  # the standardized spelling wins a clash
+                out[target] = value
+        return out
+
+    def wire_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Arguments under the names the real API documents; unlisted names kept as given."""
+        if not self.wire_names:
+            return dict(args)
+        return {self.wire_names.get(name, name): value for name, value in args.items()}
 
     @property
     def function_name(self) -> str:
@@ -150,6 +202,7 @@ class ApiDoc:
             "api": self.api,
             # Derived, written for readers of the file; from_dict recomputes them.
             "keys": {"category": self.ref.category, "tool": self.ref.tool, "api": self.ref.api},
+            "parameter_keys": dict(self.key_names),  # documented name -> standardized, where they differ
             "url": self.url,
             "method": self.method,
             "tool_description": self.tool_description,
@@ -351,12 +404,19 @@ class Catalog:
         return self._category_keys.get(category) or category_key(category)
 
     def lookup(self, category: str, tool: str, api: str) -> ApiDoc | None:
-        """The API named by original or standardized names (tool key with "_for_" too)."""
+        """The API named by original or standardized names (tool key with "_for_" too),
+        or by the function name agents see (``<api>_for_<tool>``, cut to 64 characters)."""
         ref = self._by_names.get((category, tool, api))
-        if ref is None:
-            cat = self._cat_key(category)
-            ref = ApiRef(cat, _tool_key(tool, cat), api_key_name(api))
-        return self._docs.get(ref)
+        if ref is not None:
+            return self._docs.get(ref)
+        cat = self._cat_key(category)
+        tool_k = _tool_key(tool, cat)
+        doc = self._docs.get(ApiRef(cat, tool_k, api_key_name(api)))
+        if doc is None:
+            doc = self._docs.get(ApiRef(cat, tool_k, _called_api_key(api, _tool_std(tool, cat))))
+        if doc is None:
+            doc = next((d for d in self.apis_of_tool(cat, tool_k) if d.function_name == api), None)
+        return doc
 
     def apis_of_tool(self, category: str, tool: str) -> list[ApiDoc]:
         cat = self._cat_key(category)

@@ -9,6 +9,12 @@ again, at most once per REFRESH_INTERVAL per key: a valid real answer replaces i
 Hosts marked passthrough are always forwarded and never served from the store; their
 exchanges are logged (redacted) so that a run's record stays complete.
 Identical concurrent misses share one upstream (or simulator) call.
+
+A write the store refuses is never silent: it is counted (write_failures.py); in record
+mode the client gets 507 instead of an answer that was not recorded, in the other modes
+the answer is served with ``X-Stb-Stored: no``. Every text kept or logged about a call
+(an upstream error, a reason) is scrubbed of the call's secrets, those of the request
+sent upstream included.
 """
 
 from __future__ import annotations
@@ -20,24 +26,26 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Mapping, Protocol
 
-from stbproxy import keys, validity
+from stbproxy import jsonsafe, keys, validity
 from stbproxy.bodies import api_body_response, error_object_response
 from stbproxy.catalog import Catalog
-from stbproxy.errors import StbError, UpstreamError
+from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
-from stbproxy.redact import redact_request, redact_response, redact_url, secret_values
+from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
 from stbproxy.routing import Call, http_call
 from stbproxy.sessions import SessionRecord
 from stbproxy.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
+from stbproxy.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
 
 SOURCE_HEADER = "X-Stb-Source"
+STORED_HEADER = "X-Stb-Stored"  # "no" on an answer the store refused to keep
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itself
 HIT_CACHE_ENTRIES = 4096  # ready-made answers of recent hits (hits repeat in benchmark reruns)
@@ -75,6 +83,7 @@ class Answer:
     meta: Mapping = field(default_factory=dict)  # the entry's facts (error text, taxonomy, model)
     record_key: str | None = None  # where these answer bytes are kept (an entry or a log/ record)
     stored_source: Source | None = None  # a hit: the source of the stored entry
+    write_failed: bool = False  # the store refused a write this answer needed
 
 
 class Engine:
@@ -88,6 +97,7 @@ class Engine:
         catalog: Catalog | None = None,
         faults: FaultPlan = FaultPlan(),
         clock: Callable[[], float] = time.time,
+        write_failures: WriteFailures | None = None,
     ) -> None:
         self.store = store
         self.upstream = upstream
@@ -96,6 +106,7 @@ class Engine:
         self.catalog = catalog
         self.faults = faults
         self.clock = clock
+        self.write_failures = write_failures or WriteFailures()
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
         self._log_seq = 0
         # Hits decoded once and answered from memory after: stored entries are only
@@ -120,8 +131,18 @@ class Engine:
         started = time.perf_counter()
         answer = await how(call)
         if session is not None:
-            self._record_session(session, call, answer, time.perf_counter() - started)
-        return answer
+            answer = self._record_session(session, call, answer, time.perf_counter() - started)
+        return self._unstored(answer) if answer.write_failed else answer
+
+    def _unstored(self, answer: Answer) -> Answer:
+        """An answer the store could not keep: record mode refuses to pass on what it did not
+        record (507); the other modes serve it, marked."""
+        if self.config.mode is Mode.RECORD and answer.source is Source.UPSTREAM:
+            response = error_object_response(
+                "stbproxy record: this answer could not be stored, so it is not passed on as recorded "
+                "(the store refused the write; see the proxy's log)", status=507)
+            answer = replace(answer, response=response.with_header(SOURCE_HEADER, "error"))
+        return replace(answer, response=answer.response.with_header(STORED_HEADER, "no"))
 
     async def _answer_call(self, call: Call) -> Answer:
         mode = self.config.mode
@@ -135,13 +156,16 @@ class Engine:
                 return self._injected(call, decision)
         if mode is not Mode.RECORD:
             hit = self._hit(call.key)
+            if hit is None:
+                stored = await self.store.fetch(call.key)  # a tier behind the local one, if any
+                hit = self._cached(call.key, stored) if stored is not None else None
             if hit is not None:
                 if hit.stored_source is Source.SIMULATED and self.config.refresh_simulated and mode is Mode.VIRTUAL:
                     return await self._shared(call.key, lambda: self._refresh(call, hit))
                 return hit
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
-        return await self._shared(call.key, lambda: self._miss(call))
+        return await self._shared(call.key, lambda: self._miss_once(call))
 
     def _hit(self, key: str) -> Answer | None:
         answer = self._hits.get(key)
@@ -151,6 +175,9 @@ class Engine:
         stored = self.store.get(key)
         if stored is None:
             return None
+        return self._cached(key, stored)
+
+    def _cached(self, key: str, stored: Exchange) -> Answer:
         answer = Answer(stored.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, key,
                         stored.meta, key, stored.source)
         # A store may ask to see every read (a cassette counts which answers were played).
@@ -174,6 +201,14 @@ class Engine:
         # shield: one client hanging up must not cancel the call the others wait for
         return await asyncio.shield(task)
 
+    async def _miss_once(self, call: Call) -> Answer:
+        """A virtual-mode miss, answered once among all proxies sharing the store: the store
+        hands back the entry another proxy stored meanwhile instead of running the miss here."""
+        if self.config.mode is not Mode.VIRTUAL:
+            return await self._miss(call)  # record mode always asks the real API itself
+        result = await self.store.single_flight(call.key, lambda: self._miss(call))
+        return self._cached(call.key, result) if isinstance(result, Exchange) else result
+
     async def _miss(self, call: Call) -> Answer:
         decision = self._decide(call)
         if decision.latency:
@@ -183,7 +218,7 @@ class Engine:
                 return self._injected(call, decision)  # record mode: the client sees the fault
             return await self._simulate(call, f"injected fault {decision.rule}", fault=decision.rule)
         if call.upstream is None:
-            return await self._unavailable(call, UpstreamError("no real API is known for this call"))
+            return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
         try:
             response, seconds = await self.upstream.send(call.upstream)
         except UpstreamError as exc:
@@ -191,17 +226,21 @@ class Engine:
 
         response, verdict, meta = self._judge(call, response)
         if self.config.mode is Mode.VIRTUAL and not verdict.valid:
-            log.info("invalid upstream answer for %s: %s", self._loggable(call.request), verdict.reason)
-            self._save(call, response, self._log_key("invalid", call), Source.UPSTREAM, seconds, meta)
-            return await self._simulate(call, verdict.reason)
-        saved = self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
-        return self._answer(response, Source.UPSTREAM, call.key, meta, saved)
+            reason = self._scrub(call, verdict.reason)
+            log.info("invalid upstream answer for %s: %s", self._loggable(call.request), reason)
+            try:
+                self._save(call, response, self._log_key("invalid", call), Source.UPSTREAM, seconds, meta)
+            except StoreError:
+                pass  # counted and logged; the simulator's answer is what the client gets
+            return await self._simulate(call, reason)
+        return self._keep(call, response, Source.UPSTREAM, call.key, seconds, meta)
 
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
-        log.info("upstream failed for %s: %s", self._loggable(call.request), exc)
+        reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
+        log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
         if self.config.mode is Mode.RECORD:
-            return self._answer(error_object_response(str(exc), status=502), Source.UPSTREAM, call.key)
-        return await self._simulate(call, str(exc))
+            return self._answer(error_object_response(reason, status=502), Source.UPSTREAM, call.key)
+        return await self._simulate(call, reason)
 
     def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
         """Validity and failure taxonomy of a real answer, and the response to keep."""
@@ -211,7 +250,7 @@ class Engine:
             # A ToolBench-style server answers {"error", "response"}: keep the API's own
             # body as the stored response, and its error text beside it.
             try:
-                obj = json.loads(response.body)
+                obj = jsonsafe.loads(response.body)
             except (ValueError, UnicodeDecodeError):
                 obj = None
             verdict = validity.judge_object(obj, policy)
@@ -228,17 +267,14 @@ class Engine:
         try:
             result = await self.simulator.simulate(job)
         except StbError as exc:
-            result = Simulation(error_object_response(f"Simulation failed: {exc}"), ok=False)
+            result = Simulation(error_object_response(f"Simulation failed: {self._scrub(call, str(exc))}"), ok=False)
         # Answers made up for an injected fault say so: `forget --faulted` removes exactly
         # what an experiment added, and `stats --errors` counts them apart from real failures.
         marks = {"fault": fault} if fault else {}
         if not result.ok:
-            saved = self._save(call, result.response, self._log_key("simulated-error", call),
-                               Source.SIMULATED_ERROR, None, {"reason": reason, **result.meta, **marks})
-            return self._answer(result.response, Source.SIMULATED_ERROR, call.key, None, saved)
-        meta = {**result.meta, **marks}
-        saved = self._save(call, result.response, call.key, Source.SIMULATED, None, meta)
-        return self._answer(result.response, Source.SIMULATED, call.key, meta, saved)
+            return self._keep(call, result.response, Source.SIMULATED_ERROR, self._log_key("simulated-error", call),
+                              None, {"reason": reason, **result.meta, **marks})
+        return self._keep(call, result.response, Source.SIMULATED, call.key, None, {**result.meta, **marks})
 
     async def _refresh(self, call: Call, simulated: Answer) -> Answer:
         """A stored simulated answer, unless the real API now gives a valid one, which
@@ -253,16 +289,15 @@ class Engine:
         try:
             response, seconds = await self.upstream.send(call.upstream)
         except UpstreamError as exc:
-            log.info("still no real answer for %s: %s", self._loggable(call.request), exc)
+            log.info("still no real answer for %s: %s", self._loggable(call.request), self._scrub(call, str(exc)))
             return simulated
         response, verdict, meta = self._judge(call, response)
         if not verdict.valid:
-            log.info("still an invalid real answer for %s: %s", self._loggable(call.request), verdict.reason)
+            log.info("still an invalid real answer for %s: %s", self._loggable(call.request),
+                     self._scrub(call, verdict.reason))
             return simulated
         self._refreshed.pop(call.key, None)
-        meta = {**meta, "replaced": "simulated"}
-        saved = self._save(call, response, call.key, Source.UPSTREAM, seconds, meta)
-        return self._answer(response, Source.UPSTREAM, call.key, meta, saved)
+        return self._keep(call, response, Source.UPSTREAM, call.key, seconds, {**meta, "replaced": "simulated"})
 
     def _decide(self, call: Call) -> Decision:
         if not self.faults:
@@ -332,26 +367,35 @@ class Engine:
         try:
             response, seconds = await self.upstream.send(call.request)
         except UpstreamError as exc:
-            return self._answer(error_object_response(str(exc), status=502), Source.PASSTHROUGH, call.key)
-        saved = self._save(call, response, self._log_key("passthrough", call), Source.PASSTHROUGH, seconds, {})
-        return self._answer(response, Source.PASSTHROUGH, call.key, None, saved)
+            reason = self._scrub(call, str(exc))
+            return self._answer(error_object_response(reason, status=502), Source.PASSTHROUGH, call.key)
+        return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 
     # sessions -------------------------------------------------------------------------
-    def _record_session(self, session: str, call: Call, answer: Answer, seconds: float) -> None:
+    def _record_session(self, session: str, call: Call, answer: Answer, seconds: float) -> Answer:
+        """Append the call to its session's log; the answer, marked when a write failed."""
         record_key = answer.record_key
         source = Source(answer.source)
+        failed = answer.write_failed
         # Keep a copy for the session when the answer is kept nowhere yet (injected, miss,
         # 502), and in record mode, where a repeated request overwrites its entry: the
         # session must replay the n-th answer it got, not the last one.
-        if record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM):
-            record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,
-                                    dict(answer.meta))
-        record = SessionRecord(0, self.clock(), call.request.method, redact_url(call.request, self.config.rules),
-                               answer.response.status, source.value, record_key or "", round(seconds, 6))
+        if not failed and (record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM)):
+            try:
+                record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,
+                                        dict(answer.meta))
+            except StoreError:
+                record_key, failed = None, True
+        # A record that points at a stored exchange needs no URL of its own (SessionRecord.to_stored).
+        url = "" if record_key else redact_url(call.request, self.config.rules)
+        record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
+                               record_key or "", round(seconds, 6))
         try:
-            self.store.append_session(session, record.to_dict())
-        except StbError as exc:
-            log.error("could not log session %s: %s", session, exc)
+            self.store.append_session(session, record.to_stored())
+        except StoreError as exc:
+            self.write_failures.record(f"the log of session {session}", str(exc))
+            failed = True
+        return replace(answer, write_failed=True) if failed else answer
 
     # storing --------------------------------------------------------------------------
     def _log_key(self, kind: str, call: Call) -> str:
@@ -359,9 +403,20 @@ class Engine:
         self._log_seq += 1
         return f"log/{kind}/{call.host or '-'}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
 
+    def _keep(self, call: Call, response: Response, source: Source, key: str, seconds: float | None,
+              meta: Mapping) -> Answer:
+        """Store the exchange under ``key`` and answer with it; the answer says when the write failed."""
+        try:
+            saved = self._save(call, response, key, source, seconds, dict(meta))
+        except StoreError:
+            return Answer(response.with_header(SOURCE_HEADER, source.value), source, call.key, meta,
+                          write_failed=True)
+        return self._answer(response, source, call.key, meta, saved)
+
     def _save(self, call: Call, response: Response, key: str, source: Source,
               seconds: float | None, meta: dict) -> str | None:
-        """Store the exchange under ``key`` (redacted); the key, or None when not stored."""
+        """Store the exchange under ``key`` (redacted); the key, or None when it is not to be
+        kept (a body over the cap). StoreError when the store refused it (counted and logged)."""
         request = call.request
         cap = self.config.max_body_bytes
         if len(request.body) > cap or len(response.body) > cap:
@@ -370,7 +425,7 @@ class Engine:
                 self._loggable(request), cap, len(request.body), len(response.body),
             )
             return None
-        secrets = secret_values(request, self.config.rules)
+        secrets = self._secrets(call)
         exchange = Exchange(
             key=key,
             request=redact_request(request, self.config.rules),
@@ -379,15 +434,31 @@ class Engine:
             stored_at=self.clock(),
             upstream_seconds=seconds,
             api=call.api,
-            meta=meta,
+            meta=scrub_value(meta, secrets),
         )
         self._hits.pop(key, None)
         try:
             self.store.put(exchange)
-        except StbError as exc:  # a full disk must not take the answer away from the client
-            log.error("could not store %s: %s", self._loggable(request), exc)
-            return None
+        except StoreError as exc:  # counted, logged without flooding, and reported to the caller
+            self.write_failures.record(self._loggable(request), str(exc))
+            raise
         return key
+
+    def _secrets(self, call: Call) -> frozenset[str]:
+        """Every secret value of a call: the client's request, and the request sent upstream
+        when that is another one (the toolbench_key or RapidAPI key of a /virtual call)."""
+        found = secret_values(call.request, self.config.rules)
+        if call.upstream is not None and call.upstream is not call.request:
+            found |= secret_values(call.upstream, self.config.rules)
+        return found
+
+    def _scrub(self, call: Call, text: str) -> str:
+        """A text about a call (an error, a reason) as it may be logged, stored or answered:
+        its URLs redacted as requests are, and no secret value of the call left in it."""
+        for request in (call.request, call.upstream):
+            if request is not None and request.url in text:
+                text = text.replace(request.url, redact_url(request, self.config.rules))
+        return scrub_text(text, self._secrets(call))
 
     def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None,
                 record_key: str | None = None) -> Answer:

@@ -119,9 +119,8 @@ def _playback(cassette, store, session, ordered, catalog, rules) -> CassetteStor
         raise InputError("replaying a store needs the session to play (session=NAME)")
     from stbproxy.store import Store
 
-    skipped: list[str] = []
     with Store(Path(store), readonly=True) as db:
-        exchanges = session_exchanges(db, session, skipped)
+        exchanges, _skipped = session_exchanges(db, session)
     interactions = [Interaction(i, ex.request, ex.response) for i, ex in enumerate(exchanges)]
     return CassetteStore(Path(f"{store}#{session}"), catalog=catalog, rules=rules, ordered=ordered,
                          interactions=interactions)

@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from stbproxy import jsonsafe
+from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
 from stbproxy.models import ApiRef, Request
 
 # Headers never part of a key and always redacted before storage.
 # ToolBench's client sends its key as a "toolbench_key" header as well as in the body.
 SECRET_HEADERS = frozenset({"x-rapidapi-key", "authorization", "proxy-authorization", "cookie", "toolbench_key"})
-# Query and body fields that are secret by default. Names like "key" or "token" are real
-# arguments of some APIs, so users add them explicitly (KeyRules.extra_secret_fields).
-SECRET_FIELDS = frozenset({"api_key", "apikey", "access_token", "toolbench_key"})
+# Query and body fields secret by default: stbcore.arguments.SECRET_FIELDS (users add
+# more with KeyRules.extra_secret_fields).
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 KEY_PATH_CHARS = 120  # how much of the path the readable key prefix keeps
@@ -100,30 +101,14 @@ def request_key(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
     return canonical(request, rules).storage_key()
 
 
-# Built once: json.dumps with options builds a new encoder on every call.
-_SORTED_COMPACT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
 def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
     """``api/<category>/<tool>/<api>/<digest>``: one key per API call, whatever the wire form.
 
     Argument values are compared as text (``1``, ``"1"`` and ``?page=1`` agree), because
     the same call arrives as a query string over HTTP and as typed JSON over /virtual.
+    The rule is stbcore's, shared with the evaluator's call matching.
     """
-    kept = {k: arg_text(v) for k, v in args.items() if k.lower() not in rules.unkeyed_fields}
-    material = _SORTED_COMPACT.encode(kept)
-    digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{api_prefix(api)}{digest}"
-
-
-def arg_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    return _SORTED_COMPACT.encode(value)
+    return f"{api_prefix(api)}{arguments_digest(args, rules.unkeyed_fields)}"
 
 
 def api_prefix(api: ApiRef) -> str:
@@ -187,7 +172,7 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
         return "empty", ""
     if is_json_type(content_type):
         try:
-            value = json.loads(body)
+            value = jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
             pass  # invalid JSON under a JSON type: keyed by its exact bytes below
         else:

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
+from http import HTTPStatus
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -25,17 +26,22 @@ from mitmproxy.master import Master
 
 from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
+from stbproxy.destinations import own_address
+from stbproxy.guard import Guard, loop_message
+from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Request, Response
+from stbproxy.private_files import private_dir, private_umask
+from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
+from stbproxy.shared_store import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
-from stbproxy.virtual_api import virtual_headers
+from stbproxy.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store import default_store_path
 
 log = logging.getLogger("stbproxy")
 
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 # -- conversions ------------------------------------------------------------------------
@@ -53,19 +59,34 @@ def request_from_flow(flow: http.HTTPFlow) -> Request:
 
 def response_to_mitm(response: Response) -> http.Response:
     # Response.make sets Content-Length from the body; stored headers carry none.
-    return http.Response.make(
+    return with_reason(http.Response.make(
         response.status,
         response.body,
         [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in response.headers],
-    )
+    ))
 
 
 def json_response(status: int, document: dict, source: str) -> http.Response:
-    return http.Response.make(
+    return with_reason(http.Response.make(
         status,
-        json.dumps(document, ensure_ascii=False).encode(),
+        # Texts may quote what a client sent, lone surrogates included: \u-escapes keep any of it.
+        json.dumps(document).encode(),
         {"Content-Type": "application/json", SOURCE_HEADER: source},
-    )
+    ))
+
+
+def with_reason(response: http.Response) -> http.Response:
+    """mitmproxy leaves the reason phrase of some codes (431, 508) empty."""
+    if not response.reason:
+        try:
+            response.reason = HTTPStatus(response.status_code).phrase
+        except ValueError:
+            pass
+    return response
+
+
+def error_response(status: int, message: str) -> http.Response:
+    return json_response(status, {"error": message, "response": ""}, "error")
 
 
 # -- the addon --------------------------------------------------------------------------
@@ -78,6 +99,8 @@ class StbAddon:
         self.runtime: Runtime | None = None
         self.settings: Settings | None = None
         self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
+        self.guard = Guard()  # per-request limits, destinations, the proxy's own address
+        self.close_error: StbError | None = None  # why the store could not be closed cleanly
 
     def load(self, loader) -> None:
         loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
@@ -107,11 +130,18 @@ class StbAddon:
         loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
         loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
         loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
+        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED_URL or $REDIS_URL).")
+        loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
+        loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
+        loader.add_option("stb_allow_hosts", Sequence[str], [], "Destination host globs always allowed (they win over stb_deny_hosts and the private-address rule).")
+        loader.add_option("stb_deny_hosts", Sequence[str], [], "Destination host globs refused with 403.")
 
     def configure(self, updated: set[str]) -> None:
-        if self.settings is not None and not any(name.startswith("stb_") for name in updated):
+        if self.settings is not None and not any(name.startswith("stb_") or name in ("listen_host", "proxyauth")
+                                                 for name in updated):
             return
         self.settings = settings_from_options(ctx.options)
+        self.guard.configure(self.settings, ctx.options.listen_host, bool(getattr(ctx.options, "proxyauth", None)))
         # The store opens when the proxy starts running, not while options are still being
         # set (that would open the default store before --set stb_store arrives). A live
         # change (mitmweb's options editor) reopens it at once.
@@ -137,11 +167,30 @@ class StbAddon:
             log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
         return self.runtime
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        await self.check_head(flow)
+        if flow.response is not None:
+            return
         # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
         name = session_from_headers(tuple(flow.request.headers.items(multi=True)))
         if name:
             self._tunnel_sessions[flow.client_conn.id] = name
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        await self.check_head(flow)
+
+    async def check_head(self, flow: http.HTTPFlow) -> None:
+        """Before the body is read (guard.py): answers to wrong credentials are held back, a
+        head over the limits gets 431, a CONNECT to a refused destination 403."""
+        request = flow.request
+        # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
+        wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers
+        refusal = await self.guard.check_head(
+            method=request.method, host=request.host, port=request.port, fields=request.headers.fields,
+            client=flow.client_conn.peername, local=flow.client_conn.sockname,
+            credentials=wrong or "proxyauth" in flow.metadata, auth_failed=wrong)
+        if refusal is not None and flow.response is None:
+            flow.response = error_response(refusal.status, refusal.message)
 
     def client_disconnected(self, client) -> None:
         self._tunnel_sessions.pop(client.id, None)
@@ -160,48 +209,76 @@ class StbAddon:
         if addressed_to_proxy(flow):
             flow.response = await self.own_endpoint(flow)
             return
+        refusal = await self.guard.check_request(flow.request.host, flow.request.raw_content or b"",
+                                                 flow.request.headers.get("content-type"))
+        if refusal is not None:  # a refused destination (403), a body nested too deep (422)
+            flow.response = error_response(refusal.status, refusal.message)
+            return
         session = self.session_for(flow)
+        request = request_from_flow(flow)
         try:
-            answer = await self.open_runtime().engine.handle(request_from_flow(flow), session)
+            if may_be_virtual_call(request) and await self.proxied_virtual(flow, request, session):
+                return
+            answer = await self.open_runtime().engine.handle(request, session)
         except Exception as exc:  # one bad request must never take the proxy down
-            log.exception("stbproxy failed on %s %s", flow.request.method, flow.request.pretty_host)
-            flow.response = json_response(502, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
+            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+            flow.response = error_response(502, "stbproxy internal error (see the proxy's log)")
             return
         flow.response = response_to_mitm(answer.response)
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
 
+    async def proxied_virtual(self, flow: http.HTTPFlow, request: Request, session: str) -> bool:
+        """Answer a /virtual call addressed to another server; False: it is plain HTTP."""
+        try:
+            reply = await self.open_runtime().virtual.handle_proxied(request, session)
+        except Exception as exc:  # never a 500 for one bad call
+            log.error("stbproxy failed on a /virtual call: %s", failure_text(request, exc, self.settings.key_rules()))
+            reply = VirtualReply(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
+                                 "error")
+        if reply is None:
+            return False
+        flow.response = http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+        flow.metadata["stb_source"] = reply.source
+        flow.metadata["stb_session"] = session
+        return True
+
     async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
-        """A request to the proxy's own address (not proxied): /virtual, or a pointer to usage.
+        """A request to the proxy's own address: /virtual, else a pointer to usage (404), or a
+        loop error (508) when it names the proxy in a way only a relayed request does.
 
         Never forwarded: that would send the proxy a request to itself, forever.
         """
-        if flow.request.path.split("?", 1)[0].rstrip("/") == "/virtual":
+        is_virtual, named_session = own_virtual_path(flow.request.path)
+        if is_virtual:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             try:
                 reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"",
-                                                                 self.session_for(flow))
+                                                                 named_session or self.session_for(flow),
+                                                                 headers=tuple(flow.request.headers.items(multi=True)))
             except Exception as exc:  # never a 500 for one bad call
-                log.exception("stbproxy /virtual failed")
-                return json_response(200, {"error": f"stbproxy internal error: {exc}", "response": ""}, "error")
+                request = request_from_flow(flow)
+                log.error("stbproxy /virtual failed: %s", failure_text(request, exc, self.settings.key_rules()))
+                return json_response(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
+                                     "error")
             flow.metadata["stb_source"] = reply.source
             return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
-        return json_response(
-            404,
-            {
-                "error": f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; "
-                "use this address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual",
-                "response": "",
-            },
-            "error",
-        )
+        if own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) == "other":
+            # Only a request relayed to the proxy names it so: it would loop back here.
+            return error_response(508, loop_message(flow.request.method, flow.request.host, flow.request.port))
+        return error_response(404, f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; use this "
+                                   "address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual")
 
     async def done(self) -> None:
         if self.runtime is not None:
             runtime, self.runtime = self.runtime, None
-            await runtime.aclose()
+            try:
+                await runtime.aclose()
+            except StbError as exc:  # a failed flush: reported by serve() as an error exit
+                log.error("%s", exc)
+                self.close_error = exc
 
     def _close_runtime(self) -> None:
         if self.runtime is None:
@@ -284,6 +361,11 @@ def settings_from_options(opts) -> Settings:
         sim_max_tokens=opts.stb_sim_max_tokens,
         sim_seed=opts.stb_sim_seed,
         sim_concurrency=opts.stb_sim_concurrency,
+        shared=opts.stb_shared or shared_url_from_env(),
+        max_headers=opts.stb_max_headers,
+        max_header_bytes=opts.stb_max_header_bytes,
+        allow_hosts=tuple(opts.stb_allow_hosts),
+        deny_hosts=tuple(opts.stb_deny_hosts),
     )
     try:
         return Settings(**values)
@@ -293,12 +375,9 @@ def settings_from_options(opts) -> Settings:
 
 
 def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
-    """True for a plain request to the proxy's own listening address (origin-form)."""
-    sockname = flow.client_conn.sockname
-    if not sockname or flow.request.port != sockname[1]:
-        return False
-    host = flow.request.host.lower()
-    return host in LOOPBACK_NAMES or host == str(sockname[0])
+    """True for a request to the proxy's own listening address, in any spelling (127.1,
+    2130706433, 0.0.0.0, localhost, [::1] on its port): served here, never forwarded."""
+    return own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) is not None
 
 
 # -- the embedded master ------------------------------------------------------------------
@@ -325,19 +404,21 @@ class _Startup:
         self._mitm_log.removeHandler(self._handler)
         self._mitm_log.propagate = True
 
-    def running(self) -> None:
+    async def running(self) -> None:
         self.unwatch()
         server = ctx.master.addons.get("proxyserver")
         addresses = server.listen_addrs()
-        if self.errors or not addresses or self.stb.runtime is None:
+        runtime = self.stb.runtime
+        if self.errors or not addresses or runtime is None:
             self.failure = listen_failure(self.errors) if self.errors else "the proxy did not start listening"
             ctx.master.shutdown()
             return
+        await runtime.ready()  # a shared tier has had its first try at connecting
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
         host, port, *_ = addresses[0]
-        self.on_ready(host, port, self.stb.runtime)
+        self.on_ready(host, port, runtime)
 
 
 class _Collect(logging.Handler):
@@ -384,9 +465,11 @@ async def serve(
     """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed.
 
     The CA, the options, the store, catalog and cassette are opened and checked before
-    anything listens, and ``on_ready`` is called only once the socket is up: a failure
-    at any step raises StbError (ConfigError) and nothing ready is ever reported.
+    anything listens, and ``on_ready`` is called only once the socket is up (and a shared
+    tier has had its first try at connecting): a failure at any step raises StbError
+    (ConfigError) and nothing ready is ever reported.
     """
+    private_umask()  # the store, the CA and reports: owner-only, whatever the umask
     ensure_ca(confdir)
     opts = options.Options()
     master = Master(opts)
@@ -426,8 +509,18 @@ async def serve(
         startup.unwatch()
         if stb.runtime is not None:  # start-up stopped before mitmproxy's done hook
             await stb.done()
+    # Client connections still open are cancelled by asyncio.run's cleanup, and asyncio's
+    # stream callbacks report each such cancellation as an error: expected at shutdown.
+    loop.set_exception_handler(_quiet_about_cancelled)
     if startup.failure:
         raise ConfigError(startup.failure)
+    if stb.close_error is not None:
+        raise stb.close_error
+
+
+def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
 
 
 def ca_cert_path(confdir: Path) -> Path:
@@ -440,7 +533,7 @@ def ensure_ca(confdir: Path) -> Path:
     from mitmproxy.certs import CertStore
 
     try:
-        confdir.mkdir(parents=True, exist_ok=True)
+        private_dir(confdir)
         CertStore.from_store(confdir, "mitmproxy", 2048)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import traceback
 from dataclasses import replace
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from stbproxy import jsonsafe
 from stbproxy.keys import DEFAULT_RULES, KeyRules, is_form_type, is_json_type
 from stbproxy.models import Headers, Request, Response
 
@@ -80,6 +82,30 @@ def scrub_text(text: str, secrets: frozenset[str]) -> str:
     return text
 
 
+def scrub_value(value, secrets: frozenset[str]):
+    """A JSON-like value (an entry's meta: error texts, reasons) with every secret scrubbed
+    from its strings, keys included."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrub_text(value, secrets)
+    if isinstance(value, dict):
+        return {scrub_text(str(k), secrets): scrub_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_value(v, secrets) for v in value]
+    return value
+
+
+def failure_text(request: Request, exc: BaseException, rules: KeyRules = DEFAULT_RULES) -> str:
+    """An unexpected failure on a request, for the log: the request line and the error
+    with the request's secrets scrubbed, then where it happened (a traceback without the
+    messages of chained errors, which may quote the request)."""
+    secrets = secret_values(request, rules)
+    message = scrub_text(str(exc).replace(request.url, redact_url(request, rules)), secrets)
+    where = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    return f"{request.method} {redact_url(request, rules)}: {type(exc).__name__}: {message}\n{where}"
+
+
 # -- helpers ----------------------------------------------------------------------------
 
 
@@ -130,7 +156,7 @@ def _body_secret_values(request: Request, rules: KeyRules) -> set[str]:
         return found
     if is_json_type(content_type):
         try:
-            _collect_json_secrets(json.loads(request.body), rules.secret_fields, found)
+            _collect_json_secrets(jsonsafe.loads(request.body), rules.secret_fields, found)
         except (ValueError, UnicodeDecodeError):
             pass
     elif is_form_type(content_type):
@@ -160,12 +186,13 @@ def _redact_body(request: Request, rules: KeyRules) -> bytes:
         return body
     if is_json_type(content_type):
         try:
-            value = json.loads(body)
+            value = jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
             return body
         if not _json_has_field(value, rules.secret_fields):
             return body  # keep the client's exact bytes when there is nothing to hide
-        return json.dumps(_mask_json(value, rules.secret_fields), ensure_ascii=False).encode()
+        # surrogatepass: a body that held raw surrogate bytes (read that way) keeps them
+        return json.dumps(_mask_json(value, rules.secret_fields), ensure_ascii=False).encode("utf-8", "surrogatepass")
     if is_form_type(content_type):
         try:
             pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True)

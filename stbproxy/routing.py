@@ -1,9 +1,11 @@
 """From a request to a Call: which API it is (if the catalog knows) and its one key.
 
 Pure. A request the catalog maps gets the key (category, tool, api, canonical args),
-where args merge path, query and body parameters, so the same call made over the HTTP
-proxy and over /virtual meets the same store entry. Anything else gets the generic
-request key of keys.py.
+where args merge path, query and body parameters under ToolBench's standardized names
+(``playerId=`` over HTTP and ``playerid`` over /virtual are one argument), so the same
+call made over the HTTP proxy and over /virtual meets the same store entry. Anything
+else gets the generic request key of keys.py. Real calls built here carry the names
+the API documents.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from stbproxy import keys
+from stbproxy import jsonsafe, keys
 from stbproxy.catalog import ApiDoc, Catalog
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request
@@ -33,6 +35,7 @@ class Call:
     args: Mapping[str, Any] = field(default_factory=dict)
     host: str = ""  # for fault scoping and passthrough
     reply_format: ReplyFormat = "http"  # "virtual": the upstream answers {error, response}
+    no_upstream: str = ""  # why ``upstream`` is None, for the simulator and the user
 
 
 def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
@@ -40,7 +43,7 @@ def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Cal
     match = catalog.route(request.method, request.url, request.headers) if catalog else None
     if match is None:
         return Call(keys.request_key(request, rules), request, request, host=request.host)
-    args = {**request_args(request), **match.path_params}
+    args = match.doc.key_args({**request_args(request), **match.path_params})
     ref = match.doc.ref
     return Call(keys.api_key(ref, args, rules), request, request, ref, args, request.host)
 
@@ -55,7 +58,7 @@ def request_args(request: Request) -> dict[str, Any]:
     content_type = request.header("content-type")
     if request.body and keys.is_json_type(content_type):
         try:
-            value = json.loads(request.body)
+            value = jsonsafe.loads(request.body)
         except (ValueError, UnicodeDecodeError):
             value = None
         if isinstance(value, dict):
@@ -71,10 +74,11 @@ def request_args(request: Request) -> dict[str, Any]:
 
 
 def api_request(doc: ApiDoc, args: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> Request | None:
-    """The RapidAPI-style HTTP request that calls ``doc`` with ``args``; None without a URL."""
+    """The RapidAPI-style HTTP request that calls ``doc`` with ``args`` (under the names
+    the doc lists, whichever spelling the caller used); None without a URL."""
     if not doc.url:
         return None
-    url, rest = fill_path(doc.url, args)
+    url, rest = fill_path(doc.url, doc.wire_args(args))
     method = (doc.method or "GET").upper()
     try:
         host = urlsplit(url).hostname or ""
@@ -108,3 +112,25 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
     body = json.dumps(dict(args), sort_keys=True, ensure_ascii=False, default=str).encode()
     return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
                    (("Content-Type", "application/json"),), body)
+
+
+def is_rapidapi_url(url: str) -> bool:
+    """True for RapidAPI's hosts, which answer nothing useful without a key."""
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    return host == "rapidapi.com" or host.endswith(".rapidapi.com")
+
+
+def toolbench_request(url: str, ref: ApiRef, args: Mapping[str, Any], toolbench_key: str) -> Request:
+    """A /virtual call re-packed as StableToolBench's server sends it to a ToolBench-style
+    server: standardized names, the tool without its ``_for_<category>`` suffix, the
+    arguments as a JSON object, and the key in the body and as a header."""
+    suffix = "_for_" + ref.category
+    tool = ref.tool[: -len(suffix)] if ref.tool.endswith(suffix) else ref.tool
+    body = {"category": ref.category, "tool_name": tool, "api_name": ref.api, "tool_input": dict(args),
+            "strip": "", "toolbench_key": toolbench_key}
+    headers = (("accept", "application/json"), ("Content-Type", "application/json"),
+               ("toolbench_key", toolbench_key))
+    return Request("POST", url, headers, json.dumps(body).encode())

@@ -15,9 +15,12 @@ from stbproxy.errors import ConfigError, InputError
 from stbproxy.models import Mode
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
+from stbproxy.shared_store import SharedTier
 from stbproxy.store import Store
+from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
+from stbproxy.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
 
@@ -73,30 +76,46 @@ class Runtime:
                                   "another with --cassette", setting="cassette") from exc
         else:
             self.store = Store(settings.store)
+            shared = settings.shared_url()
+            if shared is not None:  # read local, then shared; write both (tiered_store.py)
+                self.store = TieredStore(self.store, SharedTier(shared), wait_limit=settings.upstream_timeout)
         try:
             self.upstream = Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
         except Exception:
             self.store.close()
             raise
+        # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
+        self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             catalog=self.catalog, faults=settings.fault_plan())
+                             catalog=self.catalog, faults=settings.fault_plan(), write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
 
     def description(self) -> list[str]:
         """What the ready line says about this proxy: only what can act in its mode (the
-        simulator answers in virtual mode alone), and every fault rule that is on."""
+        simulator answers in virtual mode alone, replay calls no real API), where misses
+        go, the shared tier (its password masked), and every fault rule that is on."""
         s = self.settings
         parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}"]
+        shared = s.shared_url()
+        if shared is not None:
+            parts.append(f"shared {shared.redacted}")
         if s.mode is Mode.VIRTUAL:
             parts.append(f"simulator {self.simulator_description}")
+        if s.mode is not Mode.REPLAY:
+            parts.append(f"real /virtual calls: {self.virtual.real_calls()}")
         if s.refresh_simulated:
             parts.append("asking real APIs again for simulated answers")
         if s.faults:
             parts.append(f"FAULTS ON: {'; '.join(s.faults)} (seed {s.fault_seed})")
         return parts
+
+    async def ready(self) -> None:
+        """Wait (bounded) until a shared tier has tried to connect, so the first requests use it."""
+        if isinstance(self.store, TieredStore):
+            await self.store.shared.connected()
 
     async def aclose(self) -> None:
         try:
@@ -105,10 +124,13 @@ class Runtime:
             if closer is not None:
                 await closer()
         finally:
+            self.write_failures.close()
             if isinstance(self.store, CassetteStore):
                 self._report_playback(self.store)
+            elif isinstance(self.store, TieredStore):
+                await self.store.aclose()  # pushes what is queued for the shared tier first
             else:
-                self.store.close()
+                self.store.close()  # StoreError when the flush fails: the caller reports it
 
     def _report_playback(self, cassette: CassetteStore) -> None:
         cassette.close(self.engine.misses)

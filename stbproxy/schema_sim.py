@@ -22,6 +22,8 @@ import random
 import re
 from typing import Any
 
+from stbproxy import jsonsafe
+
 MAX_DEPTH = 16  # deeper than any real template (14); beyond it values become null
 MAX_LIST_LENGTH = 10  # templates ask for up to hundreds of elements
 LEAF_BUDGET = 2000  # once spent, lists stop at one element so output stays small
@@ -283,7 +285,7 @@ class _Generator:
         stripped = text.strip()
         if stripped[:1] in ("{", "["):
             try:
-                parsed = json.loads(stripped)
+                parsed = jsonsafe.loads(stripped)
             except ValueError:
                 pass
             else:
@@ -311,7 +313,7 @@ def repair_truncated_json(text: str) -> Any:
     last comma outside a string and closing the open brackets keeps every complete member.
     """
     try:
-        return json.loads(text)
+        return jsonsafe.loads(text)
     except ValueError:
         pass
     cuts: list[tuple[int, str]] = []  # (position of a comma, closers needed there)
@@ -335,7 +337,7 @@ def repair_truncated_json(text: str) -> Any:
             cuts.append((i, "".join(reversed(stack))))
     for pos, closers in reversed(cuts[-200:]):
         try:
-            return json.loads(text[:pos] + closers)
+            return jsonsafe.loads(text[:pos] + closers)
         except ValueError:
             continue
     return None

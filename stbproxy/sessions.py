@@ -2,10 +2,12 @@
 
 A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42:@host:port``
 makes clients send ``Proxy-Authorization: Basic base64("run-42:")``, on plain requests
-and on CONNECT alike), by an ``X-Stb-Session`` request header, by ``serve --session``, or
-else by a default per serve run. In the URL the name is percent-encoded (``my%20run%2F2``),
-so any name survives; clients decode it before sending, and the proxy decodes what a
-client sent still encoded. Each session keeps an ordered log of light records
+and on CONNECT alike), by an ``X-Stb-Session`` request header, for /virtual calls to the
+proxy's own address by a ``/s/<name>/virtual`` path (virtual_api.own_virtual_path), by
+``serve --session``, or else by a default per serve run. In the URL the name is
+percent-encoded (``my%20run%2F2``), so any name survives; clients decode it before
+sending, and the proxy decodes what a client sent still encoded. Each session keeps an
+ordered log of light records
 that point at the stored answers.
 """
 
@@ -111,6 +113,22 @@ class SessionRecord:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_stored(self) -> dict:
+        """The record as the store keeps it. When ``key`` names a stored exchange, which holds
+        the request and its status already, only that reference with the time, source and
+        duration (about half the size: this is written once per request, hits included);
+        otherwise the whole record. The sequence number is part of the store key."""
+        stored = {"time": self.time, "source": self.source, "key": self.key, "seconds": self.seconds}
+        if not self.key:
+            stored.update(method=self.method, url=self.url, status=self.status)
+        return stored
+
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+def expand_record(stored: dict, seq: int) -> dict:
+    """A record as the store returns it: every field named (None where a compact record
+    refers to its stored exchange instead), and its sequence number."""
+    return {"seq": seq, "method": None, "url": None, "status": None, **stored}

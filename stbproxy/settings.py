@@ -10,8 +10,10 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
+from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Mode
 from stbproxy.sessions import safe_session_name
+from stbproxy.shared_store import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.validity import AUTO, CHOICES
 
@@ -49,6 +51,11 @@ class Settings:
     sim_seed: int | None = None
     sim_concurrency: int = 16
     sim_timeout: float = 60.0
+    shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
+    max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
+    allow_hosts: tuple[str, ...] = ()  # destination globs always allowed
+    deny_hosts: tuple[str, ...] = ()  # destination globs refused (403)
 
     def __post_init__(self) -> None:
         if self.validity not in CHOICES:
@@ -59,6 +66,10 @@ class Settings:
                               setting="simulator")
         if self.sim_concurrency < 1:
             raise ConfigError("simulator concurrency must be at least 1", setting="sim_concurrency")
+        if self.max_headers < 1:
+            raise ConfigError("the header field limit must be at least 1", setting="max_headers")
+        if self.max_header_bytes < 1024:
+            raise ConfigError("the header size limit must be at least 1024 bytes", setting="max_header_bytes")
         try:
             self.fault_plan()  # a malformed spec is refused at start, naming the bad part
         except ConfigError as exc:
@@ -71,9 +82,17 @@ class Settings:
         if self.refresh_simulated and self.mode is not Mode.VIRTUAL:
             raise ConfigError(f"refreshing simulated answers needs mode virtual (mode {self.mode.value} never "
                               "simulates)", setting="refresh_simulated")
+        if self.shared is not None:
+            self.shared_url()  # a malformed URL is refused at start, never shown with its password
+            if self.cassette is not None:
+                raise ConfigError("a cassette is replayed on its own: leave out the shared tier with a cassette",
+                                  setting="shared")
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
                               setting="session")
+
+    def shared_url(self) -> SharedUrl | None:
+        return None if self.shared is None else parse_shared_url(self.shared)
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan.from_specs(self.faults, self.fault_seed)

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 import importlib.util
 import sys
 
-from stbproxy import keys
+from stbproxy import jsonsafe, keys
 from stbproxy.bodies import api_body_response, error_object_response
 from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.errors import ConfigError, StbError
@@ -376,12 +376,12 @@ def parse_reply(text: str | None) -> tuple[str, Any]:
     fenced = _FENCE.search(text)
     body = (fenced.group(1) if fenced else text).strip()
     try:
-        value = json.loads(body)
+        value = jsonsafe.loads(body)
     except ValueError:
         # Models sometimes wrap the object in a sentence: try the outermost braces.
         start, end = body.find("{"), body.rfind("}")
         try:
-            value = json.loads(body[start:end + 1]) if 0 <= start < end else None
+            value = jsonsafe.loads(body[start:end + 1]) if 0 <= start < end else None
         except ValueError:
             value = None
         if value is None:
@@ -558,7 +558,7 @@ class SchemaSimulator:
 
 def _parsed(body: bytes) -> Any:
     try:
-        return json.loads(body)
+        return jsonsafe.loads(body)
     except (ValueError, UnicodeDecodeError):
         return _body_text(body)
 

@@ -4,6 +4,8 @@ Layout: ``<cache>/<category_key>/<tool_key>/<api_key>.json``, each file one JSON
 mapping ``str(args_dict)`` (a Python literal, not JSON: key order and value types are
 the client's) to ``{"error": ..., "response": ...}``. Every entry is re-keyed
 canonically (keys.api_key), so ``{'b': 1, 'a': 2}`` and ``{'a': 2, 'b': '1'}`` meet.
+Argument names are ToolBench's standardized ones (``is_id``, ``playerid``), which is
+also how the proxy keys calls that arrive with the documented names.
 Problems are reported per entry and never stop the import.
 """
 
@@ -46,6 +48,8 @@ class ImportSummary:
     imported: int = 0
     duplicates: int = 0  # already stored, or the same canonical call twice in the cache
     invalid: int = 0  # failed answers (check_result), left out unless asked for
+    shared_sent: int = 0  # records offered to the shared tier (import --shared) ...
+    shared_added: int = 0  # ... and those it did not hold yet
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -88,7 +92,9 @@ def read_cache_file(path: Path, root: Path, *, catalog: Catalog | None = None, r
             summary.invalid += 1
             continue
         yield Exchange(
-            key=keys.api_key(ref, args, rules),
+            # Cached arguments are the agent's, under standardized names already; a
+            # documented spelling among them is keyed as the proxy keys it.
+            key=keys.api_key(ref, doc.key_args(args) if doc is not None else args, rules),
             request=stored_request(ref, doc, args),
             response=api_body_response(value["response"]),
             source=Source.IMPORTED,

@@ -15,6 +15,7 @@ crash loses at most the requests in flight.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import struct
@@ -28,6 +29,8 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+from stbproxy.private_files import private_dir
+from stbproxy.sessions import expand_record
 
 MAGIC = b"STB1"
 _HEAD_LEN = struct.Struct(">I")
@@ -138,7 +141,19 @@ class StoreStats:
         }
 
 
-class Store:
+class OneTier:
+    """The engine's hooks for a store with nothing behind it (a shared tier answers them in
+    tiered_store.py): nothing more to fetch after a local miss, and a miss is this process's
+    own to answer."""
+
+    async def fetch(self, key: str) -> Exchange | None:
+        return None
+
+    async def single_flight(self, key: str, work):
+        return await work()
+
+
+class Store(OneTier):
     """One RocksDB database. Open read-write in one process only; readers open read-only."""
 
     def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
@@ -154,7 +169,7 @@ class Store:
                 if not (self.path / "CURRENT").exists():
                     raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
                 return Rdict(str(self.path), options, access_type=AccessType.read_only())
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path)  # recorded traffic is for the owner only
             options.create_if_missing(True)
             return Rdict(str(self.path), options)
         except StoreError:
@@ -170,13 +185,21 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        if self._db is not None:
-            try:
-                if not self.readonly:
-                    self._db.flush()
-                self._db.close()
-            finally:
-                self._db = None
+        """Flush and close; StoreError when the store could not be flushed or closed."""
+        if self._db is None:
+            return
+        db, self._db = self._db, None
+        try:
+            if not self.readonly:
+                db.flush()
+        except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
+            with contextlib.suppress(Exception):
+                db.close()  # releases the lock all the same
+            raise StoreError(f"could not flush the store at {self.path} on closing: {exc}") from exc
+        try:
+            db.close()
+        except Exception as exc:
+            raise StoreError(f"could not close the store at {self.path}: {exc}") from exc
 
     # entries --------------------------------------------------------------------------
     def get(self, key: str) -> Exchange | None:
@@ -232,6 +255,11 @@ class Store:
             batch.delete(key.encode())
         self._call(self._db.write, batch)
 
+    def records(self, prefix: str) -> Iterator[tuple[str, bytes]]:
+        """(key, stored bytes) under a prefix, undecoded (bulk copies between tiers)."""
+        for raw_key, value in self._items(prefix):
+            yield raw_key.decode(), value
+
     def keys(self, prefix: str) -> Iterator[str]:
         for raw_key, _ in self._items(prefix, values=False):
             yield raw_key.decode()
@@ -261,14 +289,17 @@ class Store:
         if seq is None:
             seq = self._last_session_seq(name)
         seq += 1
-        self._session_seq[name] = seq
-        record = {**record, "seq": seq}
-        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), json.dumps(record).encode())
+        value = json.dumps(record, separators=(",", ":")).encode()  # ASCII: odd URLs round-trip
+        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), value)
+        self._session_seq[name] = seq  # only once written: a failed write leaves no gap
         return seq
 
     def session_records(self, name: str) -> Iterator[dict]:
-        for _, value in self._items(f"{SESSION_PREFIX}{name}/"):
-            yield json.loads(value)
+        """The session's records in order, each with its ``seq`` (see sessions.expand_record)."""
+        prefix = f"{SESSION_PREFIX}{name}/"
+        start = len(prefix.encode())
+        for raw_key, value in self._items(prefix):
+            yield expand_record(json.loads(value), int(raw_key[start:]))
 
     def session_names(self) -> list[str]:
         """Every session with a log, in name order."""

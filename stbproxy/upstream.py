@@ -4,6 +4,12 @@ The engine, not mitmproxy, makes upstream calls: only there can a failure be tur
 a simulated answer (mitmproxy's error hook cannot supply a response), and only there can
 identical concurrent misses share one call. Bodies are returned decoded (no
 Content-Encoding), so what is stored and replayed is the content the client reads.
+
+Requests go straight to httpx's connection pool (its transport), not through an
+``httpx.AsyncClient``: a client keeps a cookie jar shared by every caller, which would send
+one agent's cookies on another agent's requests, make a recording depend on what ran
+before, and parse every request's headers on the event loop. The proxy forwards exactly
+the headers (cookies included) that the client sent, and nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +38,15 @@ def strip_headers(headers: Headers, names: frozenset[str]) -> Headers:
     return tuple((k, v) for k, v in headers if k.lower() not in names)
 
 
+def wire_bytes(text: str) -> bytes:
+    """A header as the client sent it: proxies decode header bytes as UTF-8 with surrogate
+    escapes, so encoding back the same way restores the exact bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no byte sequence decodes to
+        return text.encode("utf-8", "replace")
+
+
 @dataclass(frozen=True)
 class UpstreamConfig:
     timeout: float = 30.0
@@ -45,14 +60,14 @@ class Upstream:
     def __init__(self, config: UpstreamConfig = UpstreamConfig()) -> None:
         self.config = config
         verify: bool | str = False if config.insecure else (config.ca_file or True)
+        self._timeout = httpx.Timeout(config.timeout).as_dict()
         try:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(config.timeout),
+            self._transport = httpx.AsyncHTTPTransport(
                 verify=verify,
                 proxy=config.proxy,
-                # Never read HTTP(S)_PROXY: the agent's environment points at us, which would loop.
+                # Never read HTTP(S)_PROXY or SSL_* variables: the agent's environment points at
+                # us, which would loop. Redirects are relayed, never followed (a transport does not).
                 trust_env=False,
-                follow_redirects=False,  # a proxy relays redirects; the client follows them
                 limits=httpx.Limits(max_connections=config.max_connections),
             )
         except ssl.SSLError as exc:
@@ -62,15 +77,24 @@ class Upstream:
             raise ConfigError(f"cannot set up the client for real API calls: {exc}") from exc
 
     async def send(self, request: Request) -> tuple[Response, float]:
-        """The real answer and how long it took; UpstreamError when there is none."""
+        """The real answer and how long it took; UpstreamError when there is none.
+
+        Error texts carry the URL as sent; the engine redacts them before they are kept.
+        """
         started = time.perf_counter()
         try:
-            reply = await self._client.request(
+            outgoing = httpx.Request(
                 request.method,
                 request.url,
-                headers=list(strip_headers(request.headers, _DROP_REQUEST)),
+                headers=[(wire_bytes(k), wire_bytes(v)) for k, v in strip_headers(request.headers, _DROP_REQUEST)],
                 content=request.body or None,
+                extensions={"timeout": self._timeout},
             )
+            reply = await self._transport.handle_async_request(outgoing)
+            try:
+                content = await reply.aread()
+            finally:
+                await reply.aclose()
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}", kind="timeout") from exc
         except (httpx.ConnectError, httpx.ProxyError) as exc:
@@ -83,7 +107,7 @@ class Upstream:
         headers = strip_headers(
             tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in reply.headers.raw), _DROP_RESPONSE
         )
-        return Response(reply.status_code, headers, reply.content, reply.reason_phrase), elapsed
+        return Response(reply.status_code, headers, content, reply.reason_phrase), elapsed
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()

@@ -14,11 +14,11 @@ what is stored.
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal, Mapping, NamedTuple
 
+from stbproxy import jsonsafe
 from stbproxy.errors import ConfigError, InputError
 
 Policy = Literal["stb", "strict"]
@@ -242,7 +242,7 @@ def _parse_body(body: bytes, content_type: str | None) -> tuple[Any, str]:
     except LookupError:  # an unknown charset name
         text = body.decode("utf-8", errors="replace")
     try:
-        return json.loads(text), text
+        return jsonsafe.loads(text), text
     except ValueError:
         return text, text
 

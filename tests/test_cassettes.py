@@ -14,9 +14,9 @@ from vcr.serializers import jsonserializer, yamlserializer
 from stbproxy import cassettes
 from stbproxy.catalog import Catalog
 from stbproxy.errors import InputError, StbError
-from stbproxy.keys import DEFAULT_RULES, request_key
-from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.routing import http_call
+from stbproxy.keys import DEFAULT_RULES, api_key, request_key
+from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+from stbproxy.routing import http_call, stored_request
 from stbproxy.sessions import safe_session_name
 
 SECRET = "sk-cassette-secret-77"
@@ -290,6 +290,20 @@ def test_imported_exchange_gets_the_api_key_when_the_catalog_maps_it(tmp_path):
     assert plain.key.startswith("http/") and plain.api is None
     assert mapped.key.startswith("api/Weather/") and mapped.api.category == "Weather" and mapped.api.api == "current"
     assert mapped.key == http_call(request, routed, DEFAULT_RULES).key  # the key the proxy would use
+
+
+def test_an_exported_virtual_call_is_keyed_as_its_api_call_again():
+    # A /virtual call of an API whose URL the catalog does not know is stored (and
+    # exported) as a stand-in request; importing it must give back the API's key, so
+    # that `serve --cassette` answers the same /virtual call from it.
+    ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
+    args = {"id_conc": "40698227", "page": 2}
+    stand_in = stored_request(ref, None, args)
+    ex = cassettes.imported_exchange(stand_in, Response(200), catalog=None, rules=DEFAULT_RULES, now=0.0)
+    assert ex.api == ref and ex.key == api_key(ref, {"id_conc": "40698227", "page": "2"}, DEFAULT_RULES)
+    other = Request("POST", "http://virtual.invalid/not/an/api/call", (), b"[]")
+    assert cassettes.imported_exchange(other, Response(200), catalog=None, rules=DEFAULT_RULES,
+                                       now=0.0).key == request_key(other)
 
 
 def _catalog_with_weather(tmp_path: Path) -> Catalog:

@@ -243,7 +243,7 @@ def test_stats_json_variable_and_every_flag_read_their_variables(tmp_path):
 
 def _options(command: click.Command, path: str):
     for param in command.params:
-        if isinstance(param, click.Option) and param.expose_value:
+        if isinstance(param, click.Option) and (param.expose_value or not param.is_eager):
             yield path, command, param
     if isinstance(command, click.Group):
         for name, sub in command.commands.items():

@@ -1,6 +1,7 @@
 """Imports only point down the layers (DESIGN.md), and each foreign library has one owner."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,17 +11,19 @@ PACKAGE = ROOT / "stbproxy"
 
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 LAYERS = {
-    "errors": 1, "models": 1,
+    "errors": 1, "models": 1, "jsonsafe": 1,
     "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
-    "bodies": 2, "simulation": 2, "sessions": 2,
+    "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
     "forgetting": 2,
-    "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3,
-    "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4,
+    "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
+    "private_files": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
+    "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
     "cassettes": 2,
-    "mitm": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "__main__": 6, "__init__": 0,
+    "mitm": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "redis_process": 5,
+    "__main__": 6, "__init__": 0,
 }
 OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
-          "requests_mock": "inprocess"}
+          "requests_mock": "inprocess", "redis": "shared_store"}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -72,3 +75,26 @@ def test_each_foreign_library_has_one_owner(library, owner):
 def test_stbeval_never_imports_the_proxy():
     for path in (ROOT / "eval").rglob("*.py"):
         assert not any(n == "stbproxy" or n.startswith("stbproxy.") for n in imports_of(path)), path
+
+
+# stbeval's own foreign libraries, each behind one module of eval/.
+EVAL_OWNERS = {"rouge_score": "rouge"}
+
+
+@pytest.mark.parametrize("library,owner", sorted(EVAL_OWNERS.items()))
+def test_each_foreign_library_of_stbeval_has_one_owner(library, owner):
+    users = {p.stem for p in (ROOT / "eval").glob("*.py")
+             if any(n == library or n.startswith(library + ".") for n in imports_of(p))}
+    assert users == {owner}, f"{library} imported by {users}"
+
+
+CORE_MODULES = sorted((ROOT / "stbcore").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=[p.stem for p in CORE_MODULES])
+def test_stbcore_sits_below_both_and_needs_only_the_standard_library(path):
+    for name in imports_of(path):
+        top = name.split(".")[0]
+        assert top not in ("stbproxy", "stbeval"), f"stbcore.{path.stem} imports {name}"
+        assert top in sys.stdlib_module_names or top in ("__future__", "stbcore"), \
+            f"stbcore.{path.stem} imports the third-party {name}"

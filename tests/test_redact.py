@@ -78,3 +78,15 @@ def test_redact_url_matches_the_url_redact_request_keeps():
     request = Request("GET", "http://h/keys/rk-777777?api_key=qk-1234&q=1", (("X-RapidAPI-Key", "rk-777777"),))
     assert redact_url(request) == redact_request(request).url
     assert "rk-777777" not in redact_url(request) and "qk-1234" not in redact_url(request)
+
+
+def test_an_unexpected_failure_is_logged_with_the_request_redacted():
+    from stbproxy.redact import failure_text
+
+    request = Request("POST", "http://h/p?api_key=qk-failing-42&q=1", (("Authorization", "Bearer tk-failing-43"),))
+    try:  # a message that quotes the request, as some errors do
+        raise KeyError(f"no route for {request.url} with {request.header('authorization')}")
+    except KeyError as exc:
+        text = failure_text(request, exc)
+    assert "qk-failing-42" not in text and "tk-failing-43" not in text
+    assert text.startswith("POST http://h/p?api_key=REDACTED&q=1: KeyError:") and "test_redact.py" in text

@@ -87,3 +87,31 @@ scalars = st.one_of(st.text(max_size=12), st.integers(), st.floats(allow_nan=Fal
 def test_fast_literal_path_agrees_with_literal_eval(args):
     raw = str(args)
     assert parse_args(raw) == ast.literal_eval(raw)
+
+
+def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(tmp_path):
+    """The cache holds the agent's standardized names (is_id, playerid); an HTTP call with
+    the documented ones (id, playerId) and a /virtual call meet the imported entry."""
+    from stbproxy.catalog import ApiDoc, Catalog, Param
+    from stbproxy.engine import Engine
+    from stbproxy.models import Request
+    from stbproxy.routing import http_call
+    from stbproxy.virtual_api import VirtualApi, parse
+
+    doc = ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET",
+                 url="https://loop-ball.p.rapidapi.com/team/{id}",
+                 required_parameters=(Param("id"),), optional_parameters=(Param("playerId"),))
+    catalog = Catalog([doc])
+    root = make_cache(tmp_path / "cache", {"Sports/loop_ball_for_Sports/team_players.json": {
+        "{'is_id': '42', 'playerid': 'p7'}": {"error": "", "response": "{\"team\": 42}"}}})
+    (with_catalog,), _ = read_all(root, catalog=catalog)
+    (without_catalog,), _ = read_all(root)
+    over_http = http_call(Request("GET", "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"),
+                          catalog, keys.DEFAULT_RULES)
+    over_virtual = VirtualApi(Engine(None, None), catalog).call_for(parse(json.dumps({
+        "category": "Sports", "tool_name": "loop_ball", "api_name": "team_players",
+        "tool_input": '{"playerid": "p7", "is_id": 42}', "strip": "", "toolbench_key": ""}).encode()))
+    # keys agree whether or not the catalog was there at import
+    assert with_catalog.key == without_catalog.key == over_http.key == over_virtual.key
+    # the request kept with the entry is the real call, under the documented names
+    assert with_catalog.request.url == "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"

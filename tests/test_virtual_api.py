@@ -17,7 +17,8 @@ from stbproxy.routing import http_call
 from stbproxy.keys import DEFAULT_RULES
 from stbproxy.store import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
-from stbproxy.virtual_api import VirtualApi, VirtualReply, parse
+from stbproxy.sessions import safe_session_name
+from stbproxy.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
 from tests.servers import ProxyProcess
 
 TOOLBENCH_KEY = "tbk-never-store-me-31337"
@@ -66,11 +67,12 @@ def weather_catalog(base_url: str | None) -> Catalog:
     )])
 
 
-def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None, timeout=5.0):
+def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None, timeout=5.0, rapidapi_key=None,
+                upstream_proxy=None):
     async def main():
-        upstream = Upstream(UpstreamConfig(timeout=timeout))
+        upstream = Upstream(UpstreamConfig(timeout=timeout, proxy=upstream_proxy))
         engine = Engine(store, upstream, EngineConfig(mode=mode), catalog=catalog)
-        api = VirtualApi(engine, catalog, toolbench_url=toolbench_url)
+        api = VirtualApi(engine, catalog, toolbench_url=toolbench_url, rapidapi_key=rapidapi_key)
         try:
             return [await api.handle(call) for call in calls]
         finally:
@@ -80,8 +82,8 @@ def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None,
 
 
 def weather_call(tool_input: str, **fields) -> bytes:
-    return body(category="Weather", tool_name="Open Weather", api_name="Forecast by city",
-                tool_input=tool_input, **fields)
+    return body(**{"category": "Weather", "tool_name": "Open Weather", "api_name": "Forecast by city",
+                   "tool_input": tool_input, **fields})
 
 
 def test_virtual_miss_calls_the_catalog_url_then_hits_with_args_in_another_order(tmp_path, upstream):
@@ -140,6 +142,13 @@ def test_toolbench_upstream_gets_the_call_and_failures_go_to_the_simulator(tmp_p
         assert failed.source == "simulated-error" and failed.document["response"] == ""
         assert upstream.toolbench_keys == [TOOLBENCH_KEY, TOOLBENCH_KEY]  # forwarded, not stored
         assert list(store.keys("log/invalid/"))
+    # re-packed as StableToolBench's server sends it on: standardized names, the arguments as
+    # an object, the key in the body and as a header
+    headers, sent = upstream.virtual_calls[0]
+    assert sent == {"category": "Data", "tool_name": "theclique", "api_name": "songkick_concert",
+                    "tool_input": {"id_conc": "1"}, "strip": "", "toolbench_key": TOOLBENCH_KEY}
+    assert headers["toolbench_key"] == TOOLBENCH_KEY and headers["content-type"] == "application/json"
+    assert headers["accept"] == "application/json"
     raw = b"".join(open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(tmp_path / "s") for f in fs)
     assert TOOLBENCH_KEY.encode() not in raw
 
@@ -150,9 +159,96 @@ def test_replay_miss_over_virtual_explains_itself(tmp_path):
     assert reply.status == 200 and "no stored answer" in reply.document["error"]
 
 
-def test_chat_with_user_is_answered():
-    reply = asyncio.run(VirtualApi(None, None).handle(body(api_name="chat_with_user")))
+@pytest.mark.parametrize("api_name", ["chat_with_user", "Chat With User", "chat_with_user_for_theclique"])
+def test_chat_with_user_is_answered_after_standardization(api_name):
+    reply = asyncio.run(VirtualApi(None, None).handle(body(tool_name="theclique", api_name=api_name)))
     assert reply.document == {"error": "", "response": "Chat with user."}
+
+
+def test_full_function_name_as_api_name_meets_the_same_entry(tmp_path, upstream):
+    with Store(tmp_path / "s") as store:
+        by_name, by_function = run_virtual(store, weather_catalog(upstream.base), [
+            weather_call('{"city": "Rome"}'),
+            weather_call('{"city": "Rome"}', tool_name="open_weather", api_name="forecast_by_city_for_open_weather"),
+        ])
+        # and without a catalog, keyed as StableToolBench's server names its cache file
+        uncataloged = VirtualApi(Engine(store, None), None)
+        call = uncataloged.call_for(parse(body(tool_name="theclique", api_name="songkick_concert_for_theclique")))
+        assert call.key.startswith("api/Data/theclique_for_Data/songkick_concert/")
+        assert call.key == uncataloged.call_for(parse(body(api_name="Songkick concert"))).key
+    assert (by_name.source, by_function.source) == ("upstream", "cache")
+    assert upstream.hits["/echo/Rome"] == 1
+
+
+def test_no_keyless_rapidapi_call_goes_out(tmp_path, upstream):
+    """A RapidAPI URL without a key is never called: the simulator answers at once. The
+    proof: real calls go through an outbound proxy on loopback, which sees none until a
+    key is set."""
+    catalog = Catalog([ApiDoc(category="Sports", tool="Loop Ball", api="Team", method="GET",
+                              url="https://loop-ball.p.rapidapi.com/team", required_parameters=(Param("id"),))])
+    call = body(category="Sports", tool_name="loop_ball", api_name="team", tool_input='{"is_id": 1}')
+    with Store(tmp_path / "s") as store:
+        (keyless,) = run_virtual(store, catalog, [call], upstream_proxy=upstream.base)
+        assert upstream.requests == []
+        assert keyless.source == "simulated-error" and "no RapidAPI key" in keyless.document["error"]
+        (keyed,) = run_virtual(store, catalog, [call], upstream_proxy=upstream.base, rapidapi_key="rk-1")
+    assert [r[:2] for r in upstream.requests] == [("CONNECT", "loop-ball.p.rapidapi.com:443")]
+    assert "no RapidAPI key" not in keyed.document["error"]
+
+
+def test_ready_line_names_the_real_upstream_of_virtual_misses():
+    catalog = weather_catalog(None)
+    assert "no STBPROXY_RAPIDAPI_KEY, no --toolbench-url" in VirtualApi(None, catalog).real_calls()
+    assert VirtualApi(None, catalog, rapidapi_key="k").real_calls().startswith("RapidAPI")
+    assert "k" not in VirtualApi(None, catalog, rapidapi_key="k").real_calls().replace("key", "")
+    described = VirtualApi(None, None, toolbench_url="http://u:secret@tb.example:8080/virtual?key=s").real_calls()
+    assert described == "ToolBench server http://tb.example:8080/virtual"
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("/virtual", (True, None)), ("/virtual/", (True, None)), ("/virtual?x=1", (True, None)),
+    ("/s/run-42/virtual", (True, "run-42")), ("/s/run%2042/virtual", (True, safe_session_name("run 42"))),
+    ("/s/../virtual", (True, safe_session_name(".."))),
+    ("/s//virtual", (False, None)), ("/s/a/b/virtual", (False, None)), ("/other/virtual", (False, None)),
+    ("/virtualx", (False, None)), ("/", (False, None)),
+])
+def test_own_virtual_path_and_the_session_it_names(path, expected):
+    assert own_virtual_path(path) == expected
+
+
+@pytest.mark.parametrize("method,url,expected", [
+    ("POST", "http://stb.example:8080/virtual", True),
+    ("POST", "https://stb.example/api/virtual/?x=1", True),
+    ("GET", "http://stb.example/virtual", False),
+    ("POST", "http://stb.example/virtual/more", False),
+    ("POST", "http://stb.example/rapidapi", False),
+])
+def test_which_proxied_requests_may_be_virtual_calls(method, url, expected):
+    assert may_be_virtual_call(Request(method, url)) is expected
+
+
+def test_proxied_request_is_a_virtual_call_only_with_a_virtual_body(tmp_path):
+    async def main(store):
+        upstream = Upstream(UpstreamConfig(timeout=1))
+        engine = Engine(store, upstream, EngineConfig(passthrough=("stb.passthrough",)))
+        api = VirtualApi(engine, None)
+        try:
+            to = "http://stb.example:8080/virtual"
+            return [
+                await api.handle_proxied(Request("POST", to, (), b'{"hello": 1}')),
+                await api.handle_proxied(Request("POST", to, (), body(tool_name=7))),
+                await api.handle_proxied(Request("POST", to, (), body(tool_input="{oops"))),
+                await api.handle_proxied(Request("POST", "http://stb.passthrough/virtual", (), body())),
+                await api.handle_proxied(Request("POST", to, (), body(api_name="chat_with_user"))),
+            ]
+        finally:
+            await upstream.aclose()
+
+    with Store(tmp_path / "s") as store:
+        not_json, wrong_field, bad_input, passthrough, chat = asyncio.run(main(store))
+    assert (not_json, wrong_field, passthrough) == (None, None, None)  # plain HTTP
+    assert bad_input.status == 200 and "not valid JSON" in bad_input.document["error"]
+    assert chat.document == {"error": "", "response": "Chat with user."}
 
 
 # -- end to end: ToolBench's own client against `stbproxy serve` ---------------------------------

@@ -1,19 +1,22 @@
 """The ``stbproxy`` command (the cli package is the only importer of click).
 
 The click group lives here; its commands live in modules by theme: serving.py (serve,
-env), store_care.py (stats, sessions, forget), transfer.py (export, import); common.py holds
-what they share. Every option can also be set from the environment:
+env), store_care.py (stats, sessions, forget), transfer.py (export, import), shared_tier.py
+(sync, and the --shared option of the others); common.py holds what they share. Every option can also be set from the environment:
 ``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
 the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from stbproxy import __version__
 from stbproxy.cli.common import OneLineErrors, expose_envvars
 from stbproxy.cli.serving import env, serve
+from stbproxy.cli.shared_tier import sync
 from stbproxy.cli.store_care import forget, sessions, stats
 from stbproxy.cli.transfer import export, import_group
 from stbeval.cli import eval_group  # stbeval never imports the proxy side
@@ -29,8 +32,29 @@ def main() -> None:
     """
 
 
-for command in (serve, env, stats, sessions, forget, export, import_group):
+def _sessions_as_answers(group: click.Group) -> None:
+    """`stbproxy eval` reads a session of the store wherever it reads answers (--store)."""
+    from stbeval.sources import add_resolver
+    from stbproxy.conversation_export import session_document
+
+    chosen = {"store": Path(".stbproxy") / "store"}
+
+    def remember(_ctx, _param, value):
+        chosen["store"] = value
+        return value
+
+    for command in group.commands.values():
+        if any(p.name in ("answers", "candidate", "reference") for p in command.params):
+            command.params.append(click.Option(
+                ["--store"], type=click.Path(file_okay=False, path_type=Path), default=chosen["store"],
+                envvar="STBPROXY_STORE", show_default=True, expose_value=False, callback=remember,
+                help="The store whose sessions --answers (--candidate, --reference) may name."))
+    add_resolver(lambda name: session_document(chosen["store"], name))
+
+
+for command in (serve, env, stats, sessions, forget, export, import_group, sync):
     main.add_command(command)
+_sessions_as_answers(eval_group)
 main.add_command(eval_group, name="eval")
 expose_envvars(main, "STBPROXY")
 

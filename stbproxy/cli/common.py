@@ -137,7 +137,7 @@ def expose_envvars(command: click.Command, prefix: str) -> None:
     named after its long flag (``stats --json`` reads STBPROXY_STATS_JSON), before any
     shared variable it declares (STBPROXY_STORE); and every --help names them."""
     for param in command.params:
-        if not isinstance(param, click.Option) or not param.expose_value:
+        if not isinstance(param, click.Option) or (param.is_eager and not param.expose_value):
             continue  # --help, --version
         own = f"{prefix}_{_flag_name(param)}"
         shared = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])

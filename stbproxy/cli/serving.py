@@ -13,6 +13,7 @@ import click
 
 from stbproxy import __version__
 from stbproxy.cli.common import ByteSize, confdir_option, fail, log, resolve_confdir, store_option
+from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
 from stbproxy.models import Mode
 
@@ -44,7 +45,18 @@ from stbproxy.models import Mode
 @click.option("--upstream-proxy", default=None, metavar="URL", help="Outbound proxy for real API calls.")
 @confdir_option
 @click.option("--proxy-auth", default=None, metavar="USER:PASS",
-              help="Require proxy authentication (mandatory off loopback).")
+              help="Require proxy authentication (mandatory off loopback; repeated wrong passwords "
+                   "from one address are slowed down).")
+@click.option("--allow-host", multiple=True, metavar="GLOB",
+              help="Destination host always allowed, even a private address on an exposed proxy; wins "
+                   "over --deny-host. Repeatable.")
+@click.option("--deny-host", multiple=True, metavar="GLOB",
+              help="Destination host refused with 403. With --host beyond loopback, private and loopback "
+                   "destinations are refused unless allowed. Repeatable.")
+@click.option("--max-headers", type=click.IntRange(1), default=100, show_default=True,
+              help="Requests with more header fields are answered 431.")
+@click.option("--max-header-bytes", type=ByteSize(), default="64KiB", show_default=True,
+              help="Requests whose header fields take more bytes are answered 431.")
 @click.option("--session", default=None, metavar="NAME",
               help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
                    "or an X-Stb-Session header) [default: one per run, serve-<time>].")
@@ -71,7 +83,7 @@ from stbproxy.models import Mode
               help="Catalog file [default: catalog.json beside the store, written by 'stbproxy import tools'].")
 @click.option("--toolbench-url", default=None, metavar="URL",
               help="A ToolBench-style server for the real calls behind /virtual "
-                   "(else the API's RapidAPI URL from the catalog, with $STBPROXY_RAPIDAPI_KEY).")
+                   "(else the API's URL from the catalog; a RapidAPI URL only with $STBPROXY_RAPIDAPI_KEY).")
 @click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
               help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
                    "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
@@ -86,11 +98,13 @@ from stbproxy.models import Mode
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
+@shared_option
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, session, cassette,
+          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
+          deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, verbose):
+          sim_seed, sim_concurrency, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -140,6 +154,11 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_sim_max_tokens": sim_max_tokens,
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
+        "stb_shared": shared,
+        "stb_allow_hosts": list(allow_host),
+        "stb_deny_hosts": list(deny_host),
+        "stb_max_headers": max_headers,
+        "stb_max_header_bytes": max_header_bytes,
     }
 
     def ready(bound_host: str, bound_port: int, runtime) -> None:
@@ -165,7 +184,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
 
 # stb_ options whose flag is not simply --<name>
 _FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
-          "stb_volatile_fields": "--volatile-field"}
+          "stb_volatile_fields": "--volatile-field", "stb_allow_hosts": "--allow-host", "stb_deny_hosts": "--deny-host"}
 
 
 def cli_message(text: str) -> str:

@@ -8,6 +8,7 @@ import time
 import click
 
 from stbproxy.cli.common import fail, known_session, store_option
+from stbproxy.cli.shared_tier import open_bulk, open_reader, print_shared_summary, shared_option, shared_summary
 from stbproxy.errors import StbError
 
 # What the logged records (log/<kind>/...) are; none of them is ever served as an answer.
@@ -29,26 +30,36 @@ LOGGED_KINDS = {
               help="The failure taxonomy of real API answers (success, not available and its kinds, "
                    "not authorised), as counts and shares; failures injected with --faults are counted "
                    "apart, by rule.")
-def stats(store, as_json, top, errors):
+@shared_option
+def stats(store, as_json, top, errors, shared):
     """Entries by source and by host, simulator use, and the store's size.
 
     Works while a proxy runs (the store is opened read-only).
     """
     from stbproxy.store import Store
+    from stbproxy.write_failures import read_status
 
     try:
         with Store(store, readonly=True) as db:
             result = db.stats(meta_fields=("failure", "fault"), sum_fields=("prompt_tokens", "completion_tokens"))
+        fleet = shared_summary(shared) if shared else None
     except StbError as exc:
         fail(str(exc))
+    failed = read_status(store) or {}  # writes the store refused (a full disk), kept beside it
     if errors:
         _print_taxonomy(result.meta["failure"], result.meta["fault"], as_json)
         return
     if as_json:
-        click.echo(json.dumps({"store": str(store), **result.to_dict()}, indent=2))
+        click.echo(json.dumps({"store": str(store), **result.to_dict(), "failed_writes": failed.get("failed_writes", 0),
+                               **({"shared": fleet} if fleet else {})}, indent=2))
         return
+    if fleet:
+        print_shared_summary(fleet)
     click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
                f"{result.size_bytes / 1024**2:.1f} MiB on disk")
+    if failed:
+        click.echo(f"failed writes: {failed['failed_writes']} writes were refused, so answers are missing "
+                   f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
     _print_table("source", result.by_source.most_common(), result.entries)
@@ -102,16 +113,15 @@ def _print_table(title: str, rows, total: int) -> None:
 @click.command()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def sessions(store, as_json):
+@shared_option
+def sessions(store, as_json, shared):
     """Sessions with their answers by source and cache hit rate (works while a proxy runs).
 
     The hit rate counts cache answers among all answers but passthrough ones (an agent's
     own LLM calls), as StableToolBench reports its cache hit rates.
     """
-    from stbproxy.store import Store
-
     try:
-        with Store(store, readonly=True) as db:
+        with open_reader(store, shared) as db:
             rows = [_session_summary(name, db.session_records(name)) for name in db.session_names()]
     except StbError as exc:
         fail(str(exc))
@@ -167,7 +177,8 @@ FORGETTABLE_SOURCES = ("upstream", "simulated", "imported")
 @click.option("--newer-than", default=None, metavar="AGE", help="Forget entries stored less than AGE ago (30m, 12h, 7d).")
 @click.option("--dry-run", is_flag=True, help="List what would be forgotten, and forget nothing.")
 @click.option("-y", "--yes", is_flag=True, help=f"Do not ask before forgetting more than {FEW} entries.")
-def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newer_than, dry_run, yes):
+@shared_option
+def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newer_than, dry_run, yes, shared):
     """Remove stored answers, so that the next request asks the real API again.
 
     Every option given must hold; repeating one means either value. Typical: the API was
@@ -182,16 +193,23 @@ def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newe
     The store must not be in use by a running proxy (stop it first, or use
     'stbproxy serve --refresh-simulated' to replace simulated answers while serving).
     Session logs and logged records are kept; an export skips answers that are gone.
+    With --shared the selection covers the shared tier too and is forgotten from both;
+    the local stores of other machines keep their copies.
     """
+    from contextlib import nullcontext
+
     from stbproxy.forgetting import Selection
     from stbproxy.store import Store
+    from stbproxy.tiered_store import TieredReader
 
     if not (store / "CURRENT").exists():
         fail(f"no store at {store} (pass --store, or set STBPROXY_STORE)")
     try:
         older = _age("--older-than", older_than)
         newer = _age("--newer-than", newer_than)
-        with Store(store, readonly=dry_run) as db:
+        with Store(store, readonly=dry_run) as local, \
+                (TieredReader(local, open_bulk(shared)) if shared else nullcontext(local)) as db:
+            where = f"{store} and the shared tier {db.shared.url.redacted}" if shared else str(store)
             session_keys = None
             if session is not None:
                 name = known_session(db, session)
@@ -205,23 +223,31 @@ def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newe
             chosen = [ex for ex in db.entries() if selection.matches(ex, now)]
             if dry_run:
                 _list_forgotten(chosen, "would forget")
-                click.echo(f"{len(chosen)} entries would be forgotten from {store} (dry run: nothing changed)")
+                click.echo(f"{len(chosen)} entries would be forgotten from {where} (dry run: nothing changed)")
                 return
             if not chosen:
-                click.echo(f"nothing to forget in {store}")
+                click.echo(f"nothing to forget in {where}")
                 return
             if len(chosen) > FEW and not yes:
                 _list_forgotten(chosen, "forget", limit=FEW)
-                if not click.confirm(f"forget {len(chosen)} entries from {store}?", default=False, err=True):
+                if not click.confirm(f"forget {len(chosen)} entries from {where}?", default=False, err=True):
                     fail("nothing forgotten", 1)
-            db.delete_many([ex.key for ex in chosen])
+            chosen_keys = [ex.key for ex in chosen]
+            local.delete_many(chosen_keys)
+            if shared:
+                for start in range(0, len(chosen_keys), 1000):  # one pipelined round trip per batch
+                    db.shared.delete(chosen_keys[start:start + 1000])
     except StbError as exc:
         fail(str(exc))
     by_source: dict[str, int] = {}
     for ex in chosen:
         by_source[ex.source.value] = by_source.get(ex.source.value, 0) + 1
     counts = ", ".join(f"{n} {source}" for source, n in sorted(by_source.items()))
-    click.echo(f"forgot {len(chosen)} entries from {store} ({counts})")
+    click.echo(f"forgot {len(chosen)} entries from {where} ({counts})")
+    if shared:
+        click.echo("note: the local stores of other machines keep their copies of these answers and serve "
+                   "them; run the same 'stbproxy forget' there (without --shared) to forget them everywhere",
+                   err=True)
 
 
 def _age(flag: str, text: str | None) -> float | None:

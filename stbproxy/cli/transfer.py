@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stbproxy.cli.common import fail, known_session, store_option
+from stbproxy.cli.shared_tier import SharedCopies, SharedImport, open_bulk, open_reader, shared_option
 from stbproxy.errors import StbError
 
 
@@ -18,13 +19,19 @@ from stbproxy.errors import StbError
 @click.option("--session", "session", default=None, metavar="NAME", help="Export this session, in its order.")
 @click.option("--all", "pattern", default=None, metavar="GLOB",
               help="Export every stored exchange whose host, category/tool/api or key matches the glob.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Cassette file [default: <session>.yaml, or export.yaml for --all, in this directory].")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Cassette file [default: <session>.yaml, or export.yaml for --all, in this directory]; "
+                   "with --by-conversation, a folder [default: <session>].")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default=None,
               help="Cassette format [default: json for a .json output, else yaml].")
 @click.option("--exclude-simulated", is_flag=True, help="Leave out answers the simulator made up.")
+@click.option("--by-conversation", is_flag=True,
+              help="With --session: one cassette per agent conversation, named by query id (--queries) or digest.")
+@click.option("--queries", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="StableToolBench query files naming conversations by query id (with --by-conversation). Repeatable.")
 @store_option
-def export(session, pattern, output, fmt, exclude_simulated, store):
+@shared_option
+def export(session, pattern, output, fmt, exclude_simulated, by_conversation, queries, store, shared):
     """Write a vcrpy cassette (format version 1) that plain vcrpy replays.
 
     Secrets are redacted (again); each answer's origin is kept in an X-Stb-Source
@@ -36,27 +43,36 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
       stbproxy export --session run-42 -o run.json --exclude-simulated
       stbproxy export --all 'api.weather.com' -o weather.yaml
       stbproxy export --all 'Data/*' -o data-apis.yaml  # category/tool/api of catalog APIs
+      stbproxy export --session run-42 --by-conversation --queries G1_instruction.json -o run-42/
     """
     from stbproxy import cassettes
     from stbproxy.cassette_store import session_exchanges
     from stbproxy.sessions import safe_session_name
-    from stbproxy.store import Store
 
     if (session is None) == (pattern is None):
         fail("give exactly one of --session NAME or --all GLOB")
+    if by_conversation and session is None:
+        fail("--by-conversation needs --session NAME")
+    if output is not None and output.is_dir() and not by_conversation:
+        fail(f"{output} is a folder; give a cassette file name")
     skipped: list[str] = []
     try:
-        with Store(store, readonly=True) as db:
+        with open_reader(store, shared) as db:
             if session is not None:
                 name = known_session(db, session)
                 output = output or Path(f"{safe_session_name(name)}.{cassettes.format_for('', fmt)}")
-                exchanges = session_exchanges(db, name, skipped)
+                exchanges, missing = session_exchanges(db, name)
+                skipped.extend(missing)
             else:
                 output = output or Path(f"export.{cassettes.format_for('', fmt)}")
                 exchanges = [ex for ex in db.entries() if _matches(ex, pattern)]
+            skipped.extend(getattr(db, "damaged", ()))  # shared values that do not decode
         total = len(exchanges)
         if exclude_simulated:
             exchanges = [ex for ex in exchanges if ex.source.value not in ("simulated", "simulated-error")]
+        if by_conversation:
+            return _export_conversations(exchanges, output or Path(safe_session_name(name)), fmt, queries,
+                                         name, skipped)
         written = cassettes.write_cassette(output, exchanges, cassettes.format_for(output, fmt))
     except StbError as exc:
         fail(str(exc))
@@ -67,6 +83,22 @@ def export(session, pattern, output, fmt, exclude_simulated, store):
     left_out = f", {total - written} simulated left out" if exclude_simulated else ""
     click.echo(f"wrote {written} interactions to {output}{left_out}"
                + (f", {len(skipped)} skipped" if skipped else ""))
+
+
+def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skipped: list[str]) -> None:
+    from stbeval.errors import EvalError
+    from stbeval.sources import load_queries
+    from stbproxy.conversation_export import export_by_conversation
+
+    try:
+        index, problems = load_queries(queries)
+    except EvalError as exc:
+        fail(str(exc))
+    result = export_by_conversation(exchanges, folder, fmt=fmt or "yaml", queries=index, where=f"session {name}")
+    for line in [*problems, *result.notes, *(f"skipped: {s}" for s in skipped)]:
+        click.echo(f"  {line}", err=True)
+    total = sum(count for _path, count in result.written)
+    click.echo(f"wrote {len(result.written)} cassettes ({total} interactions) to {folder}")
 
 
 def _matches(exchange, pattern: str) -> bool:
@@ -93,7 +125,8 @@ def import_group() -> None:
               help="Also import cached failures (answers StableToolBench's check_result rejects).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="Worker processes that parse and encode files [default: one per core].")
-def import_stb_cache(cache_dir, store, include_invalid, jobs):
+@shared_option
+def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
     """Import StableToolBench's response cache (<category>/<tool>/<api>.json).
 
     Every entry is re-keyed canonically and marked 'imported'. Running it twice adds
@@ -110,21 +143,25 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs):
     try:
         files = stb_cache.cache_files(cache_dir)
         catalog_file = catalog_path_for(store)
-        with Store(store) as db:
+        with Store(store) as db, SharedImport(shared) as writer:
             summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
-                                      include_invalid, jobs)
+                                      include_invalid, jobs, writer)
+        summary.shared_added = writer.added
     except StbError as exc:
         fail(str(exc))
     click.echo(f"files: {summary.files}, entries read: {summary.entries}")
     click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, "
                f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}")
+    if shared:
+        click.echo(f"shared tier: {summary.shared_added} added, "
+                   f"{summary.shared_sent - summary.shared_added} already there")
     for problem in summary.problems[:50]:
         click.echo(f"  unparseable: {problem}", err=True)
     if summary.unparseable > 50:
         click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
 
 
-def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
+def _import_entries(db, files, root, catalog_file, include_invalid, jobs, shared=None):
     import time
 
     from tqdm import tqdm
@@ -147,6 +184,9 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
                     fresh[key] = value
             db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
             summary.imported += len(fresh)
+            if shared is not None and shared.writer is not None:
+                shared.put(encoded.records)  # every record, not only the fresh ones: the shared tier may lack them
+                summary.shared_sent += len(encoded.records)
             bar.update(1)
             bar.set_postfix(entries=summary.entries, refresh=False)
     return summary
@@ -157,7 +197,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs):
 @store_option
 @click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Catalog file to update [default: catalog.json beside the store].")
-def import_tools(sources, store, catalog):
+@shared_option
+def import_tools(sources, store, catalog, shared):
     """Load ToolBench tool docs (a tools/<Category>/<tool>.json folder) and StableToolBench
     query files (G*_*.json, which add parameters and template responses) into the catalog
     that the proxy routes and simulates with.
@@ -181,9 +222,15 @@ def import_tools(sources, store, catalog):
                 click.echo(f"  ... and {len(report.skipped) - 20} more", err=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         known.save(target)
+        if shared:  # published for the fleet: 'stbproxy sync --pull' fetches it on each machine
+            from stbproxy.tier_sync import push_catalog
+
+            with open_bulk(shared) as bulk:
+                push_catalog(bulk, target.read_bytes())
     except StbError as exc:
         fail(str(exc))
-    click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)")
+    click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)"
+               + (", published to the shared tier" if shared else ""))
 
 
 @import_group.command(name="cassette")
@@ -192,7 +239,8 @@ def import_tools(sources, store, catalog):
 @click.option("--session", default=None, metavar="NAME",
               help="Also log the imported interactions, in file order, as this session "
                    "(so that 'export --session NAME' gives them back in order).")
-def import_cassette(files, store, session):
+@shared_option
+def import_cassette(files, store, session, shared):
     """Import vcrpy cassettes (YAML or JSON) and mitmproxy flow files (mitmdump -w).
 
     Each interaction is keyed as the proxy keys that request, redacted, and stored with
@@ -216,12 +264,12 @@ def import_cassette(files, store, session):
 
     if session is not None and safe_session_name(session) != session:
         fail(f"session name {session!r} must use only letters, digits, '.', '_' and '-'")
-    imported = duplicates = 0
+    imported = duplicates = shared_added = 0
     problems: list[str] = []
     try:
         settings = Settings(store=store)
         catalog, rules = load_catalog(settings), settings.key_rules()
-        with Store(store) as db:
+        with Store(store) as db, SharedCopies(open_bulk(shared)) as copies:
             for path in files:
                 now = time.time()
                 for pair in _interactions_of(path, problems):
@@ -235,13 +283,17 @@ def import_cassette(files, store, session):
                         imported += 1
                     else:
                         duplicates += 1
+                    copies.entry(exchange)
                     if session is not None:
                         record = SessionRecord(0, now, exchange.request.method, exchange.request.url,
                                                response.status, exchange.source.value, exchange.key, 0.0)
-                        db.append_session(session, record.to_dict())
+                        seq = db.append_session(session, record.to_stored())
+                        copies.session(session, {**record.to_stored(), "seq": seq})
+            shared_added = copies.flush()
     except StbError as exc:
         fail(str(exc))
-    click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}")
+    click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}"
+               + (f", shared tier: {shared_added} added" if shared else ""))
     for problem in problems[:50]:
         click.echo(f"  problem: {problem}", err=True)
     if len(problems) > 50:

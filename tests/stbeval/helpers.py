@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections import Counter
@@ -39,6 +40,44 @@ def converted_entry(query: str, final_text: str | None = "done", *, finish: bool
                             {"name": "Finish", "description": "f", "parameters": {}}],
         "answer": {"method": "test", "total_steps": 5, "final_answer": final_answer, "answer_details": tree},
     }
+
+
+def legacy_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation in today's format rewritten in the legacy one, call by call.
+
+    An assistant message with several ``tool_calls`` becomes one ``function_call``
+    message per call (its text on the first), each followed by its result as ``role:
+    function``; results the conversation lacks stay absent.
+    """
+    results = {m["tool_call_id"]: m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            continue  # placed after its call below
+        calls = message.get("tool_calls") or []
+        if message.get("role") != "assistant" or not calls:
+            out.append({k: v for k, v in message.items() if k not in ("tool_calls", "function_call")})
+            continue
+        for i, call in enumerate(calls):
+            fn = call["function"]
+            out.append({"role": "assistant", "content": message.get("content") if i == 0 else None,
+                        "function_call": {"name": fn["name"], "arguments": fn["arguments"]}})
+            if call["id"] in results:
+                out.append({"role": "function", "name": fn["name"], "content": results[call["id"]]["content"]})
+    return out
+
+
+def to_legacy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A raw ToolBench answer written by today's pipeline, as the legacy pipeline writes it.
+
+    Functions are listed bare and every conversation is rewritten; search trees
+    (``trys``, ``tree``) do not depend on the message format and stay as they are.
+    """
+    legacy = copy.deepcopy(raw)
+    gen = legacy["answer_generation"]
+    gen["function"] = [f["function"] if f.get("type") == "function" else f for f in gen["function"]]
+    gen["train_messages"] = [legacy_messages(conversation) for conversation in gen.get("train_messages") or []]
+    return legacy
 
 
 def write_json(path: Path, data: Any) -> Path:

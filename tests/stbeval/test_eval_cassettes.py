@@ -9,7 +9,8 @@ import openai
 import vcr
 from vcr.serializers import jsonserializer, yamlserializer
 
-from stbeval.answers import FINISH, Answer, Problem, load_answers, main_path, parse_finish
+from stbeval.answers import load_answers
+from stbeval.model import FINISH, Answer, Problem, main_path, parse_finish
 from stbeval.passrate import precheck
 from tests.fakes.fake_openai import ToolCall
 
@@ -137,3 +138,41 @@ def test_broken_cassettes_name_the_query(tmp_path):
     assert "not a readable vcrpy cassette" in str(items["20"]) and str(items["20"]).startswith("query 20:")
     assert "no chat-completion call" in items["21"].reason
     assert "not a completion" in items["22"].reason
+
+
+def test_parallel_tool_calls_and_the_legacy_form_give_the_same_answer(tmp_path):
+    # Today's format: two calls in one message, results by id in another order,
+    # "function_call": null left on messages, tools wrapped as {type, function}.
+    finish_args = {"return_type": "give_answer", "final_answer": "Oslo 3C, Rome 20C"}
+    today = [USER, {"role": "assistant", "content": "Both cities at once.", "function_call": None, "tool_calls": [
+        {"id": "o", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+        {"id": "r", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+        {"role": "tool", "tool_call_id": "r", "content": "20C"}, {"role": "tool", "tool_call_id": "o", "content": "3C"}]
+    reply = {"role": "assistant", "content": None, "function_call": None, "tool_calls": [
+        {"id": "f", "type": "function", "function": {"name": FINISH, "arguments": json.dumps(finish_args)}}]}
+    _write(tmp_path / "today" / "30.yaml", [_chat(today, reply)])
+    # Legacy format: one function_call per message, role: function results, bare functions.
+    legacy = [USER, {"role": "assistant", "content": "Both cities at once.",
+                     "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+              {"role": "function", "name": "get_weather", "content": "3C"},
+              {"role": "assistant", "content": None,
+               "function_call": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
+              {"role": "function", "name": "get_weather", "content": "20C"}]
+    legacy_reply = {"role": "assistant", "content": None,
+                    "function_call": {"name": FINISH, "arguments": json.dumps(finish_args)}}
+    interaction = _chat(legacy, legacy_reply)
+    body = json.loads(interaction["request"]["body"])
+    body["functions"] = [t["function"] for t in body.pop("tools")]
+    interaction["request"]["body"] = json.dumps(body)
+    _write(tmp_path / "legacy" / "30.yaml", [interaction])
+
+    answers = [load_answers(tmp_path / side).by_group[None]["30"] for side in ("today", "legacy")]
+    for answer in answers:
+        assert isinstance(answer, Answer), str(answer)
+        steps = main_path(answer.answer_details)
+        assert [s["role"] for s in steps] == ["system", "user", "assistant", "tool", "tool", "tool"]
+        assert [s["message"]["response"] for s in steps[3:5]] == ["3C", "20C"]
+        assert answer.tool_names() == ["get_weather", FINISH]
+        assert parse_finish(answer.final_answer) == ("give_answer", "Oslo 3C, Rome 20C")
+        assert precheck(answer) is None
+    assert answers[0].answer_details == answers[1].answer_details

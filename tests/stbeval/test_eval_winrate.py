@@ -74,10 +74,16 @@ def test_shortcut_makes_no_judge_call(fake_openai, duel_files, tmp_path):
 
 
 def test_shortcut_rules():
+    # Different labels decide the round: Solved over Unsure over Unsolved.
     assert shortcut("Solved", "Unsolved") == "candidate"
     assert shortcut("Unsolved", "Solved") == "reference"
-    for pair in [("Solved", "Solved"), ("Unsure", "Unsolved"), ("Solved", "Unsure"), ("Unsolved", "Unsolved"),
-                 ("unscored", "Solved")]:
+    assert shortcut("Solved", "Unsure") == "candidate"
+    assert shortcut("Unsure", "Solved") == "reference"
+    assert shortcut("Unsure", "Unsolved") == "candidate"
+    assert shortcut("Unsolved", "Unsure") == "reference"
+    # Equal labels, or a side without a label, leave it to the judge.
+    for pair in [("Solved", "Solved"), ("Unsure", "Unsure"), ("Unsolved", "Unsolved"), ("unscored", "Solved"),
+                 ("Unsolved", "unscored"), ("missing", "Unsolved")]:
         assert shortcut(*pair) is None
 
 

@@ -1,0 +1,90 @@
+"""A session read as conversations: for ``stbproxy eval`` and ``export --by-conversation``.
+
+stbeval never reads the store. For ``stbproxy eval pass-rate --answers SESSION`` this
+module hands it the session as the cassette document an export would write (redacted
+the same way); stbeval's trajectories then find the conversations in it. For ``export
+--by-conversation`` it writes one cassette per conversation, named by the query its
+task states or by a digest, each holding the conversation's LLM calls and the tool
+requests it made, in the session's order, so each one replays on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stbeval.cassettes import recorded_from_document
+from stbeval.errors import InputError as EvalInputError
+from stbeval.queries import QueryIndex
+from stbeval.trajectories import name_conversations, read_traffic
+
+from stbproxy import cassettes
+from stbproxy.cassette_store import session_exchanges
+from stbproxy.errors import StbError
+from stbproxy.models import Exchange
+from stbproxy.sessions import safe_session_name
+from stbproxy.store import Store
+
+
+def known_session(db: Store, raw: str) -> str | None:
+    """The stored name of session ``raw`` (as typed, or made safe), or None."""
+    known = db.session_names()
+    return next((name for name in (raw, safe_session_name(raw)) if name in known), None)
+
+
+def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
+    """Session ``raw`` of the store as a cassette document, with notes on records left
+    out (stbeval's resolver for names that are not files, sources.py). An unknown
+    session or a missing store is an error that says which sessions there are."""
+    if not Path(store).is_dir():
+        raise EvalInputError(f"{raw}: no such answers file or folder, and no store at {store} to find a session in")
+    try:
+        with Store(store, readonly=True) as db:
+            name = known_session(db, raw)
+            if name is None:
+                known = db.session_names()
+                listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+                raise EvalInputError(f"{raw}: no such answers file or folder, nor a session in {store} "
+                                     f"(sessions: {listed or 'none'})")
+            exchanges, skipped = session_exchanges(db, name)
+    except StbError as exc:
+        raise EvalInputError(f"{raw}: cannot read the session from {store}: {exc}") from exc
+    notes = [f"session {name}: record {line}; left out" for line in skipped]
+    return cassettes.exchanges_to_cassette(exchanges), notes
+
+
+@dataclass
+class ConversationExport:
+    written: list[tuple[Path, int]] = field(default_factory=list)  # (file, interactions)
+    notes: list[str] = field(default_factory=list)
+
+
+def export_by_conversation(exchanges: list[Exchange], folder: Path, *, fmt: cassettes.Format = "yaml",
+                           queries: QueryIndex | None = None, where: str = "session") -> ConversationExport:
+    """One cassette per conversation of ``exchanges`` in ``folder``: ``<query id>.<fmt>``
+    (under ``<group>/`` when the queries span several groups), else ``<digest>.<fmt>``."""
+    result = ConversationExport()
+    traffic = read_traffic(recorded_from_document(cassettes.exchanges_to_cassette(exchanges)))
+    names, result.notes = name_conversations(traffic, where=where, queries=queries, unmatched="digest")
+    result.notes[:0] = [f"{where}: {reason}" for reason in traffic.unread]
+    if not names:
+        raise StbError(f"{where} holds no LLM conversation (chat completions, Responses or Messages calls)")
+    several_groups = len({n.group for n in names if n.group}) > 1
+    last_of: dict[tuple[str | None, str], int] = {}
+    for n, name in enumerate(names):
+        last_of[(name.group, name.qid)] = n
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, name in enumerate(names):
+        stem = name.qid
+        if last_of[(name.group, name.qid)] != n:
+            stem = name.conversation.digest() + f"-{n}"
+            result.notes.append(f"{where}: query {name.qid} ran in more than one conversation; "
+                                f"an earlier one is written as {stem}")
+        target = (folder / name.group if several_groups and name.group else folder) / f"{stem}.{fmt}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        members = [exchanges[i] for i in name.conversation.members()]
+        result.written.append((target, cassettes.write_cassette(target, members, fmt)))
+    if traffic.unattributed:
+        result.notes.append(f"{where}: {len(traffic.unattributed)} request(s) made while no conversation was "
+                            "waiting for a tool result are in no cassette")
+    return result

@@ -1,0 +1,162 @@
+"""`--shared URL` on the commands, and a fleet of real `stbproxy serve` processes sharing a
+real redis-server (and a 3-node cluster), with an unmodified `requests` client."""
+
+import json
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from stbproxy.cassettes import write_cassette
+from stbproxy.catalog import api_key_name, category_key, tool_key
+from stbproxy.models import Exchange, Request, Response, Source
+from stbproxy.redis_process import RedisProcess
+from stbproxy.cli import main
+from stbproxy.serve_process import ServeProcess
+from stbproxy.shared_store import SharedBulk, parse_shared_url
+from stbproxy.store import Store
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def stb_cache_from_queries(root, stb_data, apis: int = 12, calls: int = 5):
+    """A cache in StableToolBench's layout for real APIs of G1_instruction (names standardized
+    as its server names the folders), with Python-literal keys as its server writes them."""
+    queries = json.loads((stb_data / "solvable_queries" / "test_instruction" / "G1_instruction.json").read_text())
+    seen = {}
+    for query in queries:
+        for api in query["api_list"]:
+            category = category_key(api["category_name"])
+            path = root / category / tool_key(api["tool_name"], api["category_name"]) / (
+                api_key_name(api["api_name"]) + ".json")
+            seen.setdefault(path, None)
+        if len(seen) >= apis:
+            break
+    for path in list(seen)[:apis]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = {str({"q": f"item {i}", "page": i}): {"error": "", "response": json.dumps({"n": i, "api": path.stem})}
+                   for i in range(calls)}
+        path.write_text(json.dumps(entries))
+    return root, apis * calls
+
+
+@pytest.mark.integration
+def test_import_and_sync_fill_both_tiers_idempotently(tmp_path, redis_server, stb_data):
+    cache, count = stb_cache_from_queries(tmp_path / "tool_response_cache", stb_data)
+    first, second = tmp_path / "m1" / "store", tmp_path / "m2" / "store"
+    url = redis_server.url
+
+    result = invoke("import", "stb-cache", str(cache), "--store", str(first), "--shared", url, "--jobs", "1")
+    assert result.exit_code == 0, result.output
+    assert f"imported: {count}" in result.output and f"shared tier: {count} added, 0 already there" in result.output
+    again = invoke("import", "stb-cache", str(cache), "--store", str(first), "--shared", url, "--jobs", "1")
+    assert f"shared tier: 0 added, {count} already there" in again.output
+
+    pulled = invoke("sync", "--pull", "--store", str(second), "--shared", url)
+    assert pulled.exit_code == 0 and f"{count} copied" in pulled.output
+    assert "0 copied" in invoke("sync", "--pull", "--store", str(second), "--shared", url).output
+    with Store(first, readonly=True) as a, Store(second, readonly=True) as b:
+        assert dict(a.records("api/")) == dict(b.records("api/")) and len(dict(a.records("api/"))) == count
+
+    # an answer only the second machine has goes up with --push, once
+    with Store(second) as db:
+        db.put(Exchange("http/h/GET/only-here/1", Request("GET", "http://h/only-here"), Response(200, (), b"{}"),
+                        Source.UPSTREAM, 1.0))
+    pushed = invoke("sync", "--push", "--store", str(second), "--shared", url)
+    assert pushed.exit_code == 0 and "1 copied" in pushed.output and f"{count} already there" in pushed.output
+    assert "0 copied" in invoke("sync", "--push", "--store", str(second), "--shared", url).output
+
+    # the catalog travels too: published by import tools, fetched by a pull where none is
+    queries = stb_data / "solvable_queries" / "test_instruction" / "G1_instruction.json"
+    published = invoke("import", "tools", str(queries), "--store", str(first), "--shared", url)
+    assert "published to the shared tier" in published.output
+    third = tmp_path / "m3" / "store"
+    fetched = invoke("sync", "--pull", "--store", str(third), "--shared", url)
+    assert "catalog fetched" in fetched.output
+    assert (third.parent / "catalog.json").read_bytes() == (first.parent / "catalog.json").read_bytes()
+
+
+def test_commands_refuse_a_bad_url_and_an_unreachable_server_without_the_password(tmp_path):
+    bad = invoke("sync", "--pull", "--store", str(tmp_path / "s"), "--shared", "redis://u:topsecret@h:port")
+    assert bad.exit_code == 2 and "bad port" in bad.output and "topsecret" not in bad.output
+    down = invoke("sync", "--pull", "--store", str(tmp_path / "s"), "--shared", "redis://u:topsecret@127.0.0.1:9/0")
+    assert down.exit_code == 2 and "redis://u:***@127.0.0.1:9/0" in down.output and "topsecret" not in down.output
+    assert "give --push, --pull" in invoke("sync", "--store", str(tmp_path / "s"), "--shared", "redis://h").output
+
+
+def test_import_cassette_shares_entries_and_the_session(tmp_path, redis_server):
+    exchanges = [Exchange(f"http/api.example/GET/item/{i}", Request("GET", f"http://api.example/item?i={i}"),
+                          Response(200, (("Content-Type", "application/json"),), b'{"i": %d}' % i), Source.UPSTREAM, 1.0)
+                 for i in range(3)]
+    cassette = tmp_path / "run.yaml"
+    write_cassette(cassette, exchanges, "yaml")
+    result = invoke("import", "cassette", str(cassette), "--store", str(tmp_path / "s"), "--session", "captured",
+                    "--shared", redis_server.url)
+    assert result.exit_code == 0 and "shared tier: 3 added" in result.output
+    listed = invoke("sessions", "--json", "--store", str(tmp_path / "s"), "--shared", redis_server.url)
+    assert [(row["name"], row["calls"]) for row in json.loads(listed.output)] == [("captured", 3)]
+
+
+@pytest.mark.integration
+def test_a_fleet_of_two_proxies_is_one_cache(tmp_path, upstream):
+    with RedisProcess(tmp_path / "redis", "--requirepass", "fleet-pw-123") as server:
+        url = f"redis://:fleet-pw-123@127.0.0.1:{server.port}/0"
+        a = ServeProcess(tmp_path / "a" / "store", "--shared", url, "--session", "on-a").launch()
+        b = ServeProcess(tmp_path / "b" / "store", "--shared", url, "--session", "on-b").launch()
+        try:
+            a.wait_ready()
+            b.wait_ready()
+            ready = "".join(a.output)
+            assert "shared redis://:***@127.0.0.1" in ready and "fleet-pw-123" not in ready
+            urls = [upstream.url(f"/echo?city={i}") for i in range(10)]
+            with requests.Session() as client:
+                client.trust_env = False
+                via_a = [client.get(u, proxies={"http": a.url}) for u in urls]
+                via_b = [client.get(u, proxies={"http": b.url}) for u in urls]
+        finally:
+            a.stop()
+            b.stop()
+        assert [r.headers["X-Stb-Source"] for r in via_a] == ["upstream"] * 10
+        assert [r.headers["X-Stb-Source"] for r in via_b] == ["cache"] * 10
+        assert [r.content for r in via_b] == [r.content for r in via_a]
+        assert upstream.hits["/echo"] == 10
+        assert "fleet-pw-123" not in "".join(a.output + b.output)
+
+        stats = json.loads(invoke("stats", "--json", "--store", str(tmp_path / "b" / "store"), "--shared", url).output)
+        assert stats["shared"]["counters"]["shared_hits"] == 10 and stats["shared"]["url"].startswith("redis://:***@")
+        listed = json.loads(invoke("sessions", "--json", "--store", str(tmp_path / "a" / "store"),
+                                   "--shared", url).output)
+        assert {row["name"]: row["calls"] for row in listed} == {"on-a": 10, "on-b": 10}
+        out = tmp_path / "on-b.yaml"
+        exported = invoke("export", "--session", "on-b", "-o", str(out), "--store", str(tmp_path / "a" / "store"),
+                          "--shared", url)
+        assert exported.exit_code == 0 and "wrote 10 interactions" in exported.output
+
+
+@pytest.mark.integration
+def test_a_cluster_is_a_shared_tier_too(tmp_path, redis_cluster, stb_data, upstream):
+    cache, count = stb_cache_from_queries(tmp_path / "cache", stb_data, apis=6, calls=10)
+    url = redis_cluster.url
+    imported = invoke("import", "stb-cache", str(cache), "--store", str(tmp_path / "m1" / "store"), "--shared", url,
+                      "--jobs", "1")
+    assert f"shared tier: {count} added" in imported.output
+    pulled = invoke("sync", "--pull", "--store", str(tmp_path / "m2" / "store"), "--shared", url)
+    assert f"{count} copied" in pulled.output
+    with SharedBulk(parse_shared_url(url)) as bulk:
+        assert bulk.key_count() == count
+    one = ServeProcess(tmp_path / "m3" / "store", "--shared", url).launch()
+    two = ServeProcess(tmp_path / "m4" / "store", "--shared", url).launch()
+    try:
+        one.wait_ready()
+        two.wait_ready()
+        with requests.Session() as client:
+            client.trust_env = False
+            first = client.get(upstream.url("/echo?cluster=1"), proxies={"http": one.url})
+            second = client.get(upstream.url("/echo?cluster=1"), proxies={"http": two.url})
+    finally:
+        one.stop()
+        two.stop()
+    assert first.headers["X-Stb-Source"] == "upstream" and second.headers["X-Stb-Source"] == "cache"
+    assert upstream.hits["/echo"] == 1

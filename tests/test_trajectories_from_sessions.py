@@ -1,0 +1,166 @@
+"""Score a run from its traffic: a live session in the store, read by ``stbproxy eval``,
+and exported one cassette per conversation, each replayed on its own.
+
+Two recordings of StableToolBench's twelve pipeline answers, each made on two threads
+into one session of a real ``stbproxy serve`` (tests/pipeline_run.py): ``pipeline``
+(virtual mode, LLM calls passed through and logged, tools over POST /virtual) and
+``http`` (record mode, LLM calls recorded and streamed, RapidAPI-style tool calls).
+Each recording starts a real proxy and takes a few seconds, so each is made once for
+the module; the offline checks of the same run are in tests/stbeval.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import vcr
+import yaml
+from click.testing import CliRunner
+
+from stbproxy.cli import main
+from stbproxy.serve_process import ServeProcess
+from tests.conftest import STB_DATA
+from tests.fakes.fake_openai import fake_openai  # noqa: F401  (the fixture)
+from tests.pipeline_run import (OPENAI_KEY, RAPIDAPI_KEY, SESSION, TOOLBENCH_KEY, Script, answers_dir, query_file,
+                                record, run_query)
+from tests.stbeval.helpers import Script as Judge
+from tests.stbeval.helpers import write_json
+
+pytestmark = pytest.mark.integration
+QIDS = ["1073", "1572", "1856", "2121", "2144", "2213", "2354", "2399", "3308", "3510", "588", "608"]
+
+
+@pytest.fixture(scope="module")
+def script() -> Script:
+    if not STB_DATA.is_dir():
+        pytest.skip(f"StableToolBench sample data not found at {STB_DATA}")
+    return Script.load(STB_DATA)
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(script, tmp_path_factory):
+    return record(script, tmp_path_factory.mktemp("pipeline") / "store", variant="pipeline")
+
+
+@pytest.fixture(scope="module")
+def http_run(script, tmp_path_factory):
+    return record(script, tmp_path_factory.mktemp("http") / "store", variant="http")
+
+
+@pytest.fixture(params=["pipeline", "http"])
+def run(request):
+    return request.getfixturevalue(f"{request.param}_run")
+
+
+def _cli(*args: str):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_the_agent_made_the_pipelines_conversations(run, script):
+    # The scripted agent is faithful: its conversations are the files' train_messages.
+    assert sorted(run.histories) == QIDS
+    for qid, history in run.histories.items():
+        assert history == script.items[qid].conversation, qid
+    assert len(run.tool_calls) == 12  # one real tool call per query, none answered twice
+
+
+def test_eval_convert_reads_the_session_into_the_pipelines_converted_answers(run, tmp_path):
+    mine, theirs = tmp_path / "traffic.json", tmp_path / "files.json"
+    result = _cli("eval", "convert", "--answers", SESSION, "--store", str(run.store),
+                  "--queries", str(query_file(STB_DATA)), "--out", str(mine))
+    assert "warning" not in result.stderr
+    _cli("eval", "convert", "--answers", str(answers_dir(STB_DATA)), "--out", str(theirs))
+    rebuilt, converted = json.loads(mine.read_text()), json.loads(theirs.read_text())
+    assert sorted(rebuilt) == sorted(converted) == QIDS
+    for qid in QIDS:
+        assert rebuilt[qid]["query"] == converted[qid]["query"]
+        assert rebuilt[qid]["available_tools"] == converted[qid]["available_tools"]
+        for part in ("answer_details", "final_answer", "total_steps"):
+            assert rebuilt[qid]["answer"][part] == converted[qid]["answer"][part], (qid, part)
+
+
+def test_eval_pass_rate_on_a_session_equals_the_files(run, fake_openai, tmp_path):
+    queries = {str(q["query_id"]): q["query"] for q in json.loads(query_file(STB_DATA).read_text())}
+    ids = write_json(tmp_path / "ids" / "G1_instruction.json", {q: 0 for q in QIDS})
+    tables = []
+    for name, source in (("traffic", ["--answers", SESSION, "--store", str(run.store),
+                                      "--queries", str(query_file(STB_DATA))]),
+                         ("files", ["--answers", str(answers_dir(STB_DATA))])):
+        fake_openai.handler = Judge({queries[q]: [["Solved"] * 3, ["Unsolved", "Solved", "Unsure"]][i % 2]
+                                     for i, q in enumerate(QIDS)}, trace={queries[q]: ["Solved"] * 3 for q in QIDS})
+        result = CliRunner().invoke(main, ["eval", "pass-rate", *source, "--ids", str(ids), "--method", "m",
+                                           "--out", str(tmp_path / name), "--no-progress", "--no-chart",
+                                           "--base-url", fake_openai.base_url, "--api-key", "judge-key"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        tables.append(result.stdout)
+    assert tables[0] == tables[1] and "| m " in tables[0]
+
+
+def test_unknown_session_names_the_sessions_there_are(run, tmp_path):
+    result = CliRunner().invoke(main, ["eval", "convert", "--answers", "no-such-run", "--store", str(run.store),
+                                       "--out", str(tmp_path / "x.json")])
+    assert result.exit_code != 0
+    assert f"no-such-run: no such answers file or folder, nor a session in {run.store} (sessions: {SESSION})" \
+        in result.output
+
+
+def _export(run, folder: Path) -> list[Path]:
+    result = _cli("export", "--session", SESSION, "--store", str(run.store), "--by-conversation",
+                  "--queries", str(query_file(STB_DATA)), "-o", str(folder))
+    assert result.stdout.startswith(f"wrote 12 cassettes (36 interactions) to {folder}")
+    return sorted(folder.glob("*.yaml"))
+
+
+def test_export_by_conversation_writes_one_cassette_per_query(run, script, tmp_path):
+    files = _export(run, tmp_path / "by-query")
+    assert sorted(p.stem for p in files) == QIDS
+    for path in files:
+        text = path.read_text()
+        assert not any(secret in text for secret in (OPENAI_KEY, TOOLBENCH_KEY, RAPIDAPI_KEY))
+        interactions = yaml.safe_load(text)["interactions"]
+        assert len(interactions) == 3  # two LLM calls and the tool call of this query only
+        task = script.items[path.stem].conversation[1]["content"]
+        assert all(json.loads(i["request"]["body"])["messages"][1]["content"] == task
+                   for i in interactions if i["request"]["uri"].endswith("/chat/completions"))
+
+
+def _uris(path: Path) -> tuple[str, str]:
+    """The LLM base URL and the tool server's base URL a cassette was recorded with."""
+    uris = [i["request"]["uri"] for i in yaml.safe_load(path.read_text())["interactions"]]
+    llm = next(u for u in uris if u.endswith("/chat/completions"))
+    tool = next(u for u in uris if not u.endswith("/chat/completions"))
+    return llm.rsplit("/chat/completions", 1)[0], "/".join(tool.split("/")[:3])
+
+
+def test_each_exported_conversation_replays_in_plain_vcrpy(http_run, script, tmp_path):
+    # The RapidAPI-style run: its cassettes hold the very requests the agent makes.
+    for path in _export(http_run, tmp_path / "by-query"):
+        llm, tools = _uris(path)
+        with vcr.use_cassette(str(path), record_mode="none",
+                              match_on=["method", "scheme", "host", "port", "path", "query", "body"]) as cassette:
+            history = run_query(script.items[path.stem], llm_base_url=llm, tools="rapidapi", tool_base=tools,
+                                stream=True)
+            assert cassette.all_played, path.name
+        assert history == script.items[path.stem].conversation, path.name
+
+
+def test_an_exported_conversation_replays_through_the_plugins_proxy(run, script, tmp_path):
+    # What the pytest plugin starts for a test marked with the cassette, nothing else up:
+    # the LLM answers and the tool answers (RapidAPI-style, or POST /virtual) all come
+    # from the one conversation's cassette.
+    path = _export(run, tmp_path / "by-query")[0]
+    llm, tools = _uris(path)
+    report = tmp_path / "playback.json"
+    with ServeProcess(tmp_path / "replay" / "store", "--cassette", str(path), "--ordered", "--report",
+                      str(report)) as proxy:
+        options = ({"tools": "rapidapi", "tool_base": tools, "stream": True} if run.variant == "http"
+                   else {"tools": "virtual", "service_url": f"{proxy.url}/virtual"})
+        history = run_query(script.items[path.stem], llm_base_url=llm, proxy_url=proxy.url, **options)
+    assert history == script.items[path.stem].conversation
+    played = json.loads(report.read_text())
+    assert (played["played"], played["unplayed"], played["unmatched"]) == (3, [], [])

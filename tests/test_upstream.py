@@ -1,0 +1,43 @@
+"""The upstream client against a real server on loopback: no cookie jar shared between
+clients; each request carries exactly the cookies its client sent."""
+
+import asyncio
+import json
+
+from stbproxy.engine import Engine, EngineConfig
+from stbproxy.models import Mode, Request
+from stbproxy.store import Store
+from stbproxy.upstream import Upstream, UpstreamConfig
+
+COOKIE_SECRET = "ck-agent-a-session-7f3e9"
+
+
+def cookies_seen(upstream) -> list[str]:
+    return [v for k, v in upstream.requests[-1][2].items() if k.lower() == "cookie"]
+
+
+def test_a_cookie_set_for_one_client_is_never_sent_for_another(tmp_path, upstream):
+    own = "theme=dark; sid=agent-c-own-cookie"
+
+    async def scenario(engine):
+        await engine.handle(Request("GET", upstream.url(f"/setcookie?value={COOKIE_SECRET}")), "agent-a")
+        b = await engine.handle(Request("GET", upstream.url("/echo?who=b")), "agent-b")
+        b_cookies = cookies_seen(upstream)
+        c = await engine.handle(Request("GET", upstream.url("/echo?who=c"), (("Cookie", own),)), "agent-c")
+        return b, b_cookies, c, cookies_seen(upstream)
+
+    async def main(store):
+        upstream_client = Upstream(UpstreamConfig(timeout=5.0))
+        try:
+            return await scenario(Engine(store, upstream_client, EngineConfig(mode=Mode.RECORD)))
+        finally:
+            await upstream_client.aclose()
+
+    with Store(tmp_path / "store") as store:
+        b, b_cookies, c, c_cookies = asyncio.run(main(store))
+        assert b_cookies == [], "agent B was sent agent A's cookie"
+        assert c_cookies == [own]  # exactly what the client sent: nothing added, nothing dropped
+        assert COOKIE_SECRET not in json.dumps(json.loads(b.response.body))
+        for answer in (b, c):  # neither the jar's cookie nor the client's own is stored
+            body = store.get(answer.key).response.body
+            assert COOKIE_SECRET.encode() not in body and b"agent-c-own-cookie" not in body
