@@ -14,7 +14,7 @@ from stbproxy.redis_process import RedisProcess
 from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
 from stbproxy.shared_store import SharedBulk, parse_shared_url
-from stbproxy.store import Store
+from stbproxy.store import ENTRY_PREFIXES, Store, encode_exchange
 
 
 def invoke(*args, env=None):
@@ -97,6 +97,40 @@ def test_import_cassette_shares_entries_and_the_session(tmp_path, redis_server):
     assert result.exit_code == 0 and "shared tier: 3 added" in result.output
     listed = invoke("sessions", "--json", "--store", str(tmp_path / "s"), "--shared", redis_server.url)
     assert [(row["name"], row["calls"]) for row in json.loads(listed.output)] == [("captured", 3)]
+
+
+def test_forget_with_shared_deletes_from_both_tiers_and_says_other_machines_keep_copies(tmp_path, redis_server):
+    def answer(host: str, n: int) -> Exchange:
+        return Exchange(f"http/{host}/GET/item/{n}", Request("GET", f"http://{host}/item?i={n}"),
+                        Response(200, (("Content-Type", "application/json"),), b'{"i": %d}' % n), Source.UPSTREAM, 1.0)
+
+    cassette = tmp_path / "run.yaml"
+    write_cassette(cassette, [answer("api.example", 0), answer("api.example", 1), answer("keep.example", 2)], "yaml")
+    first, second, url = tmp_path / "m1" / "store", tmp_path / "m2" / "store", redis_server.url
+    assert invoke("import", "cassette", str(cassette), "--store", str(first), "--shared", url).exit_code == 0
+    assert invoke("sync", "--pull", "--store", str(second), "--shared", url).exit_code == 0  # another machine
+    with SharedBulk(parse_shared_url(url)) as bulk:  # an answer only the shared tier holds
+        only_shared = answer("api.example", 3)
+        bulk.put_many([(only_shared.key, encode_exchange(only_shared))])
+        keys_before = sorted(bulk.keys(ENTRY_PREFIXES))
+    assert len(keys_before) == 4
+
+    dry = CliRunner().invoke(main, ["forget", "--host", "api.example", "--store", str(first), "--shared", url,
+                                    "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "3 entries would be forgotten from" in dry.stdout and "the shared tier redis://127.0.0.1" in dry.stdout
+    assert "http://api.example/item?i=3" in dry.stderr  # the shared-only answer is selected too
+
+    done = CliRunner().invoke(main, ["forget", "--host", "api.example", "--store", str(first), "--shared", url])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("forgot 3 entries from") and "(2 imported, 1 upstream)" in done.stdout
+    assert "local stores of other machines keep their copies" in done.stderr
+    with SharedBulk(parse_shared_url(url)) as bulk:
+        left = sorted(bulk.keys(ENTRY_PREFIXES))
+    assert len(left) == 1 and "keep.example" in left[0]
+    with Store(first, readonly=True) as local, Store(second, readonly=True) as other:
+        assert [ex.request.host for ex in local.entries()] == ["keep.example"]
+        assert len(list(other.entries())) == 3  # the other machine's copies, as the note says
 
 
 @pytest.mark.integration
