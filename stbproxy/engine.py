@@ -36,6 +36,7 @@ from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
+from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
 from stbproxy.routing import Call, http_call
 from stbproxy.sessions import SessionRecord
@@ -50,6 +51,8 @@ DEFAULT_MAX_BODY = 10 * 1024 * 1024
 CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itself
 HIT_CACHE_ENTRIES = 4096  # ready-made answers of recent hits (hits repeat in benchmark reruns)
 HIT_CACHE_MAX_BODY = 64 * 1024
+CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on the request alone)
+CALL_MEMO_MAX_BODY = 4 * 1024
 MAX_MISSES_KEPT = 10_000
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 
@@ -114,6 +117,9 @@ class Engine:
         self._hits: OrderedDict[str, Answer] = OrderedDict()
         self.misses: list[dict] = []  # replay misses with their explanation, for reports
         self._refreshed: dict[str, float] = {}  # key -> when the real API was last asked again
+        # Routing and keying a request is pure: equal requests (every header and byte alike)
+        # get the same Call, so a repeated one skips URL parsing, canonical JSON and hashing.
+        self._calls: Recent[Call] = Recent(CALL_MEMO_ENTRIES)
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
@@ -121,7 +127,12 @@ class Engine:
         if self.config.passthrough and self.is_passthrough(request.host):
             call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
             return await self._run(call, session, self._passthrough)
-        return await self.answer(http_call(request, self.catalog, self.config.rules), session)
+        call = self._calls.get(request) if len(request.body) <= CALL_MEMO_MAX_BODY else None
+        if call is None:
+            call = http_call(request, self.catalog, self.config.rules)
+            if len(request.body) <= CALL_MEMO_MAX_BODY:
+                self._calls.put(request, call)
+        return await self.answer(call, session)
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
         """The calling rules for one routed call (HTTP proxy and /virtual alike)."""

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import json
 import logging
 import os
 import re
 import signal
+import time
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
 from http import HTTPStatus
 from pathlib import Path
 from typing import Callable, Optional
 
-from mitmproxy import ctx, exceptions, http, options
+from mitmproxy import addonmanager, ctx, exceptions, http, options
 from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
@@ -29,8 +31,9 @@ from stbproxy.errors import ConfigError, StbError
 from stbproxy.destinations import own_address
 from stbproxy.guard import Guard, loop_message
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
-from stbproxy.models import Request, Response
+from stbproxy.models import Request, Response, Source
 from stbproxy.private_files import private_dir, private_umask
+from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
@@ -42,17 +45,24 @@ from stbproxy.store import default_store_path
 log = logging.getLogger("stbproxy")
 
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"
+PREBUILT_ENTRIES = 4096  # response heads of recent hits, ready to send
 
 
 # -- conversions ------------------------------------------------------------------------
 
 
-def request_from_flow(flow: http.HTTPFlow) -> Request:
+def header_items(flow: http.HTTPFlow) -> tuple[tuple[str, str], ...]:
+    """The request's header fields as text, decoded as mitmproxy's ``items(multi=True)`` does."""
+    return tuple((k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                 for k, v in flow.request.headers.fields)
+
+
+def request_from_flow(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...] | None = None) -> Request:
     req = flow.request
     return Request(
         method=req.method,
         url=req.url,
-        headers=tuple(req.headers.items(multi=True)),
+        headers=header_items(flow) if headers is None else headers,
         body=req.raw_content or b"",
     )
 
@@ -89,6 +99,25 @@ def error_response(status: int, message: str) -> http.Response:
     return json_response(status, {"error": message, "response": ""}, "error")
 
 
+class Prebuilt:
+    """The parts of recent hits' responses (status line, header fields, body), built once by
+    the usual construction and reused while the engine answers with the same object: a hit
+    then costs one Response object, byte for byte what the construction makes."""
+
+    def __init__(self, size: int = PREBUILT_ENTRIES) -> None:
+        self._parts: Recent[tuple] = Recent(size)
+
+    def response(self, name: str, source: object, build: Callable[[], http.Response]) -> http.Response:
+        parts = self._parts.get(name)
+        if parts is None or parts[0] is not source:
+            made = build()
+            parts = self._parts.put(name, (source, made.data.http_version, made.status_code, made.data.reason,
+                                           made.headers.fields, made.raw_content))
+            return made
+        now = time.time()
+        return http.Response(parts[1], parts[2], parts[3], http.Headers(parts[4]), parts[5], None, now, now)
+
+
 # -- the addon --------------------------------------------------------------------------
 
 
@@ -101,6 +130,7 @@ class StbAddon:
         self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
         self.guard = Guard()  # per-request limits, destinations, the proxy's own address
         self.close_error: StbError | None = None  # why the store could not be closed cleanly
+        self.prebuilt = Prebuilt()
 
     def load(self, loader) -> None:
         loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
@@ -172,7 +202,7 @@ class StbAddon:
         if flow.response is not None:
             return
         # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
-        name = session_from_headers(tuple(flow.request.headers.items(multi=True)))
+        name = session_from_headers(header_items(flow))
         if name:
             self._tunnel_sessions[flow.client_conn.id] = name
 
@@ -197,9 +227,11 @@ class StbAddon:
 
     def session_for(self, flow: http.HTTPFlow) -> str:
         """The request's session; the naming headers are removed so they never travel on."""
-        name = session_from_headers(tuple(flow.request.headers.items(multi=True)))
-        flow.request.headers.pop(SESSION_HEADER, None)
-        if proxy_user(tuple(flow.request.headers.items(multi=True))) is not None:
+        headers = header_items(flow)
+        name = session_from_headers(headers)
+        if SESSION_HEADER in flow.request.headers:
+            flow.request.headers.pop(SESSION_HEADER, None)
+        if proxy_user(headers) is not None:
             flow.request.headers.pop("Proxy-Authorization", None)
         return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
 
@@ -224,7 +256,11 @@ class StbAddon:
             log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
             flow.response = error_response(502, "stbproxy internal error (see the proxy's log)")
             return
-        flow.response = response_to_mitm(answer.response)
+        if answer.source is Source.CACHE:
+            flow.response = self.prebuilt.response(answer.key, answer.response,
+                                                   lambda: response_to_mitm(answer.response))
+        else:
+            flow.response = response_to_mitm(answer.response)
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
@@ -239,10 +275,18 @@ class StbAddon:
                                  "error")
         if reply is None:
             return False
-        flow.response = http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+        flow.response = self.virtual_response(reply)
         flow.metadata["stb_source"] = reply.source
         flow.metadata["stb_session"] = session
         return True
+
+    def virtual_response(self, reply: VirtualReply) -> http.Response:
+        def build() -> http.Response:
+            return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+
+        if reply.hit_key is None:
+            return build()
+        return self.prebuilt.response("virtual " + reply.hit_key, reply, build)
 
     async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
         """A request to the proxy's own address: /virtual, else a pointer to usage (404), or a
@@ -257,14 +301,14 @@ class StbAddon:
             try:
                 reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"",
                                                                  named_session or self.session_for(flow),
-                                                                 headers=tuple(flow.request.headers.items(multi=True)))
+                                                                 headers=header_items(flow))
             except Exception as exc:  # never a 500 for one bad call
                 request = request_from_flow(flow)
                 log.error("stbproxy /virtual failed: %s", failure_text(request, exc, self.settings.key_rules()))
                 return json_response(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
                                      "error")
             flow.metadata["stb_source"] = reply.source
-            return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+            return self.virtual_response(reply)
         if own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) == "other":
             # Only a request relayed to the proxy names it so: it would loop back here.
             return error_response(508, loop_message(flow.request.method, flow.request.host, flow.request.port))
@@ -382,6 +426,79 @@ def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
 
 # -- the embedded master ------------------------------------------------------------------
 
+_addon_errors = logging.getLogger("mitmproxy.addonmanager")
+
+
+class _HookCache(addonmanager.AddonManager):
+    """mitmproxy's addon manager with each event's handlers looked up once.
+
+    mitmproxy walks every addon for every event of every flow (and triggers an "update"
+    event after each, which no addon of the lean master handles); the handlers of an event
+    only change when addons are added or removed, so they are listed once per event name.
+    An addon's exception is logged as mitmproxy logs it, and AddonHalt stops the event.
+    """
+
+    def __init__(self, master) -> None:
+        super().__init__(master)
+        self._handlers: dict[str, tuple] = {}
+
+    def register(self, addon):
+        self._handlers.clear()
+        return super().register(addon)
+
+    def add(self, *addons) -> None:
+        self._handlers.clear()
+        super().add(*addons)
+        self._handlers.clear()
+
+    def remove(self, addon) -> None:
+        self._handlers.clear()
+        super().remove(addon)
+        self._handlers.clear()
+
+    def clear(self) -> None:
+        super().clear()
+        self._handlers.clear()
+
+    async def trigger_event(self, event) -> None:
+        handlers = self._handlers.get(event.name)
+        if handlers is None:
+            handlers = tuple(func for addon in self.chain for _, func in self._iter_hooks(addon, event))
+            self._handlers[event.name] = handlers
+        if not handlers:
+            return
+        args = event.args()
+        for func in handlers:
+            try:
+                result = func(*args)
+                if result is not None and inspect.isawaitable(result):
+                    await result
+            except exceptions.AddonHalt:
+                return
+            except exceptions.OptionsError:
+                raise
+            except Exception as exc:
+                _addon_errors.error(f"Addon error: {exc}", exc_info=True)
+
+
+def _lean_master(opts: options.Options) -> Master:
+    """A master whose addon manager lists each event's handlers once (_HookCache)."""
+    master = Master(opts)
+    opts.changed.disconnect(master.addons._configure_all)
+    master.addons = _HookCache(master)
+    return master
+
+
+def _skip_debug_checks() -> None:
+    """mitmproxy type-checks every field of every message it builds, but only as a debug aid
+    (under ``if __debug__``, so ``python -O`` drops it); the embedded master skips it too."""
+    http.MessageData.__post_init__ = _no_checks
+
+
+def _no_checks(self) -> None:
+    return None
+
+
 
 class _Startup:
     """Reports readiness only when the proxy is ready: the store, catalog and cassette are
@@ -472,7 +589,8 @@ async def serve(
     private_umask()  # the store, the CA and reports: owner-only, whatever the umask
     ensure_ca(confdir)
     opts = options.Options()
-    master = Master(opts)
+    _skip_debug_checks()
+    master = _lean_master(opts)
     auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
     stb = StbAddon()
     startup = _Startup(on_ready, stb)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -26,6 +26,7 @@ from stbproxy import jsonsafe, keys
 from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbproxy.engine import SOURCE_HEADER, Answer, Engine
 from stbproxy.models import ApiRef, Headers, Request, Source, header_value
+from stbproxy.recent import Recent
 from stbproxy.bodies import body_value
 from stbproxy.routing import Call, api_request, is_rapidapi_url, stored_request, toolbench_request
 from stbproxy.sessions import safe_session_name
@@ -35,6 +36,8 @@ _TEXT_FIELDS = ("category", "tool_name", "api_name")
 VIRTUAL_PATH = "/virtual"
 SESSION_PREFIX = "/s/"  # /s/<name>/virtual names the session in StableToolBench's SERVICE_URL
 TOOLBENCH_KEY = "toolbench_key"
+MEMO_ENTRIES = 2048  # prepared calls of recent bodies, and replies of recent hits
+MEMO_MAX_BODY = 4 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class VirtualReply:
     status: int
     document: dict
     source: str
+    hit_key: str | None = field(default=None, compare=False)  # the store key of a cache hit's answer
 
     def body(self) -> bytes:
         return json.dumps(self.document, ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -145,13 +149,17 @@ class VirtualApi:
         self.catalog = catalog
         self.toolbench_url = toolbench_url
         self.rapidapi_key = rapidapi_key
+        # A call depends only on its body, its toolbench_key header and where misses go; the
+        # reply to a stored answer only on that answer: repeated calls reuse both.
+        self._prepared: Recent[Call | VirtualReply] = Recent(MEMO_ENTRIES)
+        self._replies: Recent[tuple[Answer, VirtualReply]] = Recent(MEMO_ENTRIES)
 
     async def handle(self, body: bytes, session: str | None = None, *, headers: Headers = ()) -> VirtualReply:
         """A call POSTed to the proxy's own /virtual."""
-        parsed = parse(body)
-        if isinstance(parsed, VirtualReply):
-            return parsed
-        return await self._answer(parsed, session, headers, self.toolbench_url)
+        prepared = self._prepare(body, headers, self.toolbench_url)
+        if isinstance(prepared, VirtualReply):
+            return prepared
+        return await self._answer(prepared, session)
 
     async def handle_proxied(self, request: Request, session: str | None = None) -> VirtualReply | None:
         """A request on its way to another server, answered as a /virtual call when it is
@@ -159,19 +167,41 @@ class VirtualApi:
         the server it was addressed to. None: plain HTTP, for the engine to handle."""
         if not may_be_virtual_call(request) or self.engine.is_passthrough(request.host):
             return None
-        parsed = parse(request.body)
-        if isinstance(parsed, VirtualReply):
-            # 422: not a /virtual request at all; 200: one with a bad tool_input, answered
-            # as the proxy's own endpoint answers it.
-            return parsed if parsed.status == 200 else None
-        return await self._answer(parsed, session, request.headers, request.url)
+        prepared = self._prepare(request.body, request.headers, request.url)
+        if isinstance(prepared, VirtualReply):
+            # 422: not a /virtual request at all; 200: one with a bad tool_input (or a chat
+            # with the user), answered as the proxy's own endpoint answers it.
+            return prepared if prepared.status == 200 else None
+        return await self._answer(prepared, session)
 
-    async def _answer(self, request: VirtualRequest, session: str | None, headers: Headers,
-                      server: str | None) -> VirtualReply:
-        if called_api_key(request.api_name, request.tool_name, request.category) == CHAT_WITH_USER:
-            return VirtualReply(200, {"error": "", "response": "Chat with user."}, "chat")
-        answer = await self.engine.answer(self.call_for(request, headers=headers, server=server), session)
-        return reply_from_answer(answer)
+    def _prepare(self, body: bytes, headers: Headers, server: str | None) -> Call | VirtualReply:
+        """The call a /virtual body asks for, or the reply that needs no call (a body that is
+        not a call, a chat with the user); memoized for small bodies."""
+        memo_key = (body, header_value(headers, TOOLBENCH_KEY), server) if len(body) <= MEMO_MAX_BODY else None
+        prepared = self._prepared.get(memo_key) if memo_key is not None else None
+        if prepared is None:
+            parsed = parse(body)
+            if isinstance(parsed, VirtualReply):
+                prepared = parsed
+            elif called_api_key(parsed.api_name, parsed.tool_name, parsed.category) == CHAT_WITH_USER:
+                prepared = VirtualReply(200, {"error": "", "response": "Chat with user."}, "chat")
+            else:
+                prepared = self.call_for(parsed, headers=headers, server=server)
+            if memo_key is not None:
+                self._prepared.put(memo_key, prepared)
+        return prepared
+
+    async def _answer(self, call: Call, session: str | None) -> VirtualReply:
+        answer = await self.engine.answer(call, session)
+        if answer.source is not Source.CACHE:
+            return reply_from_answer(answer)
+        known = self._replies.get(answer.key)
+        if known is not None and known[0] is answer:  # the engine's very answer object: not stale
+            return known[1]
+        reply = reply_from_answer(answer)
+        reply = VirtualReply(reply.status, reply.document, reply.source, hit_key=answer.key)
+        self._replies.put(answer.key, (answer, reply))
+        return reply
 
     def call_for(self, request: VirtualRequest, *, headers: Headers = (), server: str | None = None) -> Call:
         """The call's key and where a miss goes: ``server`` (a ToolBench-style server), else
