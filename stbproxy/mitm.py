@@ -22,9 +22,10 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Callable, Optional
 
-from mitmproxy import addonmanager, ctx, exceptions, http, options
+from mitmproxy import addonmanager, ctx, exceptions, flow as mitm_flow, hooks, http, options
 from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
+from mitmproxy.proxy import mode_servers
 
 from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
@@ -460,11 +461,22 @@ class _HookCache(addonmanager.AddonManager):
         super().clear()
         self._handlers.clear()
 
-    async def trigger_event(self, event) -> None:
+    def _handlers_of(self, event) -> tuple:
         handlers = self._handlers.get(event.name)
         if handlers is None:
             handlers = tuple(func for addon in self.chain for _, func in self._iter_hooks(addon, event))
             self._handlers[event.name] = handlers
+        return handlers
+
+    async def handle_lifecycle(self, event) -> None:
+        await self.trigger_event(event)
+        if self._handlers_of(_UPDATE):  # only then build the "update" event that follows a flow's events
+            message = event.args()[0]
+            if isinstance(message, mitm_flow.Flow):
+                await self.trigger_event(hooks.UpdateHook([message]))
+
+    async def trigger_event(self, event) -> None:
+        handlers = self._handlers_of(event)
         if not handlers:
             return
         args = event.args()
@@ -479,6 +491,9 @@ class _HookCache(addonmanager.AddonManager):
                 raise
             except Exception as exc:
                 _addon_errors.error(f"Addon error: {exc}", exc_info=True)
+
+
+_UPDATE = hooks.UpdateHook([])
 
 
 def _lean_master(opts: options.Options) -> Master:
@@ -497,6 +512,62 @@ def _skip_debug_checks() -> None:
 
 def _no_checks(self) -> None:
     return None
+
+
+class _CoalescingWriter:
+    """A client connection's writer that sends what one turn of the event loop wrote in one
+    system call: mitmproxy writes a response's head and body separately, and each write to
+    an idle socket is a send() of its own (on loopback, the costliest call of a hit)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending = []
+            if not self._writer.is_closing():
+                self._writer.write(data)
+
+    async def drain(self) -> None:
+        self._flush()
+        await self._writer.drain()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._writer.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._writer, name)
+
+
+async def _listen(self, host: str, port: int) -> list:
+    """How the embedded master listens (in place of mitmproxy's regular-mode ``listen``): one
+    TCP server whose connections write through _CoalescingWriter, with SO_REUSEPORT when
+    several workers share the port (``reuse_port``, set by serve())."""
+
+    if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
+        return await _mitmproxy_listen(self, host, port)
+
+    async def accepted(reader, writer) -> None:
+        await self.handle_stream(reader, _CoalescingWriter(writer))
+
+    return [await asyncio.start_server(accepted, host or None, port, reuse_port=_listen.reuse_port or None)]
+
+
+_listen.reuse_port = False
+_mitmproxy_listen = mode_servers.RegularInstance.listen
 
 
 
@@ -590,6 +661,7 @@ async def serve(
     ensure_ca(confdir)
     opts = options.Options()
     _skip_debug_checks()
+    mode_servers.RegularInstance.listen = _listen
     master = _lean_master(opts)
     auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
     stb = StbAddon()
