@@ -127,12 +127,17 @@ class Engine:
         if self.config.passthrough and self.is_passthrough(request.host):
             call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
             return await self._run(call, session, self._passthrough)
-        call = self._calls.get(request) if len(request.body) <= CALL_MEMO_MAX_BODY else None
+        return await self.answer(self.http_call(request), session)
+
+    def http_call(self, request: Request) -> Call:
+        """A proxied request routed and keyed (memoized: equal requests make equal calls)."""
+        small = len(request.body) <= CALL_MEMO_MAX_BODY
+        call = self._calls.get(request) if small else None
         if call is None:
             call = http_call(request, self.catalog, self.config.rules)
-            if len(request.body) <= CALL_MEMO_MAX_BODY:
+            if small:
                 self._calls.put(request, call)
-        return await self.answer(call, session)
+        return call
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
         """The calling rules for one routed call (HTTP proxy and /virtual alike)."""
@@ -171,12 +176,17 @@ class Engine:
                 stored = await self.store.fetch(call.key)  # a tier behind the local one, if any
                 hit = self._cached(call.key, stored) if stored is not None else None
             if hit is not None:
-                if hit.stored_source is Source.SIMULATED and self.config.refresh_simulated and mode is Mode.VIRTUAL:
+                if self.refreshes(hit):
                     return await self._shared(call.key, lambda: self._refresh(call, hit))
                 return hit
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
         return await self._shared(call.key, lambda: self._miss_once(call))
+
+    def refreshes(self, hit: Answer) -> bool:
+        """Whether a hit asks the real API again (a simulated answer, with refresh_simulated)."""
+        return (hit.stored_source is Source.SIMULATED and self.config.refresh_simulated
+                and self.config.mode is Mode.VIRTUAL)
 
     def _hit(self, key: str) -> Answer | None:
         answer = self._hits.get(key)

@@ -19,8 +19,9 @@ import signal
 import time
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
 from http import HTTPStatus
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 from mitmproxy import addonmanager, ctx, exceptions, flow as mitm_flow, hooks, http, options
 from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
@@ -125,7 +126,8 @@ class Prebuilt:
 class StbAddon:
     """Answers every proxied request through the stbproxy engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, make_runtime: Callable[[Settings], Runtime] = Runtime) -> None:
+        self.make_runtime = make_runtime
         self.runtime: Runtime | None = None
         self.settings: Settings | None = None
         self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
@@ -194,7 +196,7 @@ class StbAddon:
         if self.runtime is None:
             if self.settings is None:
                 self.settings = settings_from_options(ctx.options)
-            self.runtime = Runtime(self.settings)
+            self.runtime = self.make_runtime(self.settings)
             log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
         return self.runtime
 
@@ -427,6 +429,19 @@ def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
 
 # -- the embedded master ------------------------------------------------------------------
 
+
+@dataclass
+class ServeHooks:
+    """What ``serve --workers`` (workers.py) adds to one embedded proxy: how its Runtime is
+    built, what runs once it listens and before it reports ready (``listening(runtime, host,
+    port, stop)``; a StbError there is a start-up failure), what must stop before the master
+    does, and whether the port is shared (SO_REUSEPORT)."""
+
+    make_runtime: Callable[[Settings], Runtime] = Runtime
+    listening: Callable[[Runtime, str, int, Callable[[], None]], Awaitable[None]] | None = None
+    stopping: Callable[[], Awaitable[None]] | None = None
+    reuse_port: bool = False
+
 _addon_errors = logging.getLogger("mitmproxy.addonmanager")
 
 
@@ -576,9 +591,12 @@ class _Startup:
     open (before the master runs) and the listening socket is up. mitmproxy's own errors
     during start-up (a port in use) are held back and turned into one message instead."""
 
-    def __init__(self, on_ready: Callable[[str, int, Runtime], None], stb: StbAddon) -> None:
+    def __init__(self, on_ready: Callable[[str, int, Runtime], None], stb: StbAddon, hooks: ServeHooks,
+                 stop: Callable[[], None]) -> None:
         self.on_ready = on_ready
         self.stb = stb
+        self.hooks = hooks
+        self.stop = stop
         self.errors: list[str] = []
         self.failure: str | None = None
         self._handler = _Collect(self.errors)
@@ -602,10 +620,17 @@ class _Startup:
             ctx.master.shutdown()
             return
         await runtime.ready()  # a shared tier has had its first try at connecting
+        host, port, *_ = addresses[0]
+        if self.hooks.listening is not None:
+            try:
+                await self.hooks.listening(runtime, host, port, self.stop)
+            except StbError as exc:
+                self.failure = str(exc)
+                self.stop()
+                return
         # Everything loaded so far lives as long as the proxy: keep it out of the garbage
         # collector's full passes, which otherwise stall every request for tens of ms.
         gc.freeze()
-        host, port, *_ = addresses[0]
         self.on_ready(host, port, runtime)
 
 
@@ -649,6 +674,7 @@ async def serve(
     confdir: Path,
     proxy_auth: str | None = None,
     on_ready: Callable[[str, int, Runtime], None] = lambda host, port, runtime: None,
+    hooks: ServeHooks | None = None,
 ) -> None:
     """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed.
 
@@ -661,11 +687,21 @@ async def serve(
     ensure_ca(confdir)
     opts = options.Options()
     _skip_debug_checks()
+    hooks = hooks or ServeHooks()
     mode_servers.RegularInstance.listen = _listen
+    _listen.reuse_port = hooks.reuse_port
     master = _lean_master(opts)
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task] = []
+
+    def stop() -> None:
+        """Stop once: what ``hooks.stopping`` names first (other workers), then the master."""
+        if not stopping:
+            stopping.append(loop.create_task(_stop(hooks, master)))
+
     auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
-    stb = StbAddon()
-    startup = _Startup(on_ready, stb)
+    stb = StbAddon(hooks.make_runtime)
+    startup = _Startup(on_ready, stb, hooks, stop)
     master.addons.add(
         core.Core(),
         *auth_addons,
@@ -689,14 +725,15 @@ async def serve(
     except exceptions.OptionsError as exc:
         raise ConfigError(str(exc)) from exc
     stb.open_runtime()  # StbError: a locked store, a bad catalog or cassette, ... before listening
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, master.shutdown)
+        loop.add_signal_handler(sig, stop)
     startup.watch()
     try:
         await master.run()
     finally:
         startup.unwatch()
+        if stopping:
+            await stopping[0]
         if stb.runtime is not None:  # start-up stopped before mitmproxy's done hook
             await stb.done()
     # Client connections still open are cancelled by asyncio.run's cleanup, and asyncio's
@@ -706,6 +743,14 @@ async def serve(
         raise ConfigError(startup.failure)
     if stb.close_error is not None:
         raise stb.close_error
+
+
+async def _stop(hooks: ServeHooks, master: Master) -> None:
+    try:
+        if hooks.stopping is not None:
+            await hooks.stopping()
+    finally:
+        master.shutdown()
 
 
 def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:

@@ -13,13 +13,16 @@ from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
 from stbproxy.models import Mode
+from stbproxy.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.shared_store import SharedTier
 from stbproxy.store import Store
 from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
+from stbproxy.simulation import NoSimulator
 from stbproxy.virtual_api import VirtualApi
+from stbproxy.worker_link import LinkClient
 from stbproxy.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
@@ -62,8 +65,13 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
 class Runtime:
     """Owns what must be closed when the proxy stops: the store and the upstream client."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, link: LinkClient | None = None) -> None:
+        """``link``: this is a reader worker of ``serve --workers`` (reader_engine.py), which
+        reads the store as a RocksDB secondary and leaves writes and misses to the primary."""
         self.settings = settings
+        if link is not None:
+            self._open_reader(settings, link)
+            return
         if settings.report is not None:
             check_writable(settings.report, "report")
         self.catalog = load_catalog(settings)  # before the store: a bad file leaves nothing open
@@ -89,6 +97,23 @@ class Runtime:
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
                              catalog=self.catalog, faults=settings.fault_plan(), write_failures=self.write_failures)
+        self.session = settings.session or default_session_name()
+        self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
+                                  rapidapi_key=settings.rapidapi_key)
+
+    def _open_reader(self, settings: Settings, link: LinkClient) -> None:
+        self.catalog = load_catalog(settings)
+        self.store = ReaderStore(Store(settings.store, secondary=True), link)
+        try:
+            self.upstream = Upstream(settings.upstream_config())  # unused: the primary calls out
+        except Exception:
+            self.store.close()
+            raise
+        self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
+        self.write_failures = WriteFailures(None)  # the primary counts every failed write
+        self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
+                                   catalog=self.catalog, faults=settings.fault_plan(),
+                                   write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)

@@ -18,7 +18,9 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import struct
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,11 +156,15 @@ class OneTier:
 
 
 class Store(OneTier):
-    """One RocksDB database. Open read-write in one process only; readers open read-only."""
+    """One RocksDB database. Open read-write in one process only; readers open read-only, or as
+    a secondary (``secondary=True``: a read-only view that follows the writer's changes each
+    time ``catch_up`` is called; the reader workers of ``serve --workers``)."""
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, secondary: bool = False) -> None:
         self.path = Path(path)
-        self.readonly = readonly
+        self.readonly = readonly or secondary
+        self.secondary = secondary
+        self._secondary_dir: str | None = None
         self._session_seq: dict[str, int] = {}
         self._db = self._open()
 
@@ -168,6 +174,9 @@ class Store(OneTier):
             if self.readonly:
                 if not (self.path / "CURRENT").exists():
                     raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
+                if self.secondary:  # RocksDB keeps a secondary's own info log in a folder of its own
+                    self._secondary_dir = tempfile.mkdtemp(prefix="stbproxy-secondary-")
+                    return Rdict(str(self.path), options, access_type=AccessType.secondary(self._secondary_dir))
                 return Rdict(str(self.path), options, access_type=AccessType.read_only())
             private_dir(self.path)  # recorded traffic is for the owner only
             options.create_if_missing(True)
@@ -183,6 +192,10 @@ class Store(OneTier):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def catch_up(self) -> None:
+        """A secondary: see what the writer stored since the last call (RocksDB replays its log)."""
+        self._call(self._db.try_catch_up_with_primary)
 
     def close(self) -> None:
         """Flush and close; StoreError when the store could not be flushed or closed."""
@@ -200,6 +213,9 @@ class Store(OneTier):
             db.close()
         except Exception as exc:
             raise StoreError(f"could not close the store at {self.path}: {exc}") from exc
+        finally:
+            if self._secondary_dir is not None:
+                shutil.rmtree(self._secondary_dir, ignore_errors=True)
 
     # entries --------------------------------------------------------------------------
     def get(self, key: str) -> Exchange | None:

@@ -11,15 +11,15 @@ PACKAGE = ROOT / "stbproxy"
 
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 LAYERS = {
-    "errors": 1, "models": 1, "jsonsafe": 1,
+    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1,
     "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
     "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
     "forgetting": 2,
     "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
     "private_files": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
-    "engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
+    "engine": 4, "worker_link": 4, "reader_engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
     "cassettes": 2,
-    "mitm": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "redis_process": 5,
+    "mitm": 5, "workers": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "redis_process": 5,
     "__main__": 6, "__init__": 0,
 }
 OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",

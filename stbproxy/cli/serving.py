@@ -97,6 +97,9 @@ from stbproxy.models import Mode
 @click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
+@click.option("--workers", default="1", show_default=True, metavar="N|auto",
+              help="Processes answering on the port (auto: one per CPU core). One of them owns the store's "
+                   "writes and every miss; the others answer hits from the store and hand it the rest.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 @shared_option
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
@@ -104,7 +107,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
           deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, verbose, shared):
+          sim_seed, sim_concurrency, workers, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -122,6 +125,14 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
+    from stbproxy.workers import worker_count
+
+    try:
+        worker_total = worker_count(workers)
+    except StbError as exc:
+        fail(f"--workers: {exc}")
+    if worker_total > 1 and cassette:
+        fail("--workers needs the embedded store: a --cassette is replayed by one process")
     from stbproxy import mitm  # mitmproxy is heavy (a second): imported once the cheap checks pass
     _configure_logging(verbose)
     default_confdir = confdir is None
@@ -162,7 +173,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
     }
 
     def ready(bound_host: str, bound_port: int, runtime) -> None:
-        details = ", ".join([*runtime.description(), f"CA {mitm.ca_cert_path(confdir)}"])
+        processes = [f"{worker_total} workers"] if worker_total > 1 else []
+        details = ", ".join([*runtime.description(), *processes, f"CA {mitm.ca_cert_path(confdir)}"])
         client = ["stbproxy", "env", "--port", str(bound_port)]
         if bound_host != "127.0.0.1":
             client += ["--host", bound_host]
@@ -172,9 +184,15 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
                    f"point clients at it: eval \"$({shlex.join(client)})\"")
         sys.stdout.flush()
 
+    hooks = None
+    if worker_total > 1:
+        from stbproxy.workers import Workers
+
+        hooks = Workers(worker_total, {"stb_options": stb_options, "confdir": str(confdir),
+                                       "proxy_auth": proxy_auth, "verbose": verbose}).hooks()
     try:
         asyncio.run(mitm.serve(stb_options, listen_host=host, listen_port=port, confdir=confdir,
-                               proxy_auth=proxy_auth, on_ready=ready))
+                               proxy_auth=proxy_auth, on_ready=ready, hooks=hooks))
     except StbError as exc:
         fail(cli_message(str(exc)))
     except KeyboardInterrupt:

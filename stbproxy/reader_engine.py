@@ -1,0 +1,105 @@
+"""A reader worker's calling rules (``serve --workers``): hits from its own read-only view of
+the store, everything else from the primary worker, which owns the store's writes.
+
+A reader answers a cache hit itself, exactly as one proxy would, and sends the hit's
+session record to the primary (batched, worker_link.py). Whatever may write or call out
+goes to the primary as the routed call (or, for passthrough hosts and record mode, the
+whole request), where the engine runs it as for its own traffic: so identical misses on
+any worker share one real call, and fault decisions, refreshes of simulated answers and
+replay misses are the primary's. After a forwarded call the reader catches up with the
+store soon, so what the primary stored is served locally from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from stbproxy.engine import Answer, Engine
+from stbproxy.errors import StoreError
+from stbproxy.models import Mode, Request
+from stbproxy.routing import Call
+from stbproxy.store import OneTier, Store
+from stbproxy.worker_link import LinkClient
+
+log = logging.getLogger("stbproxy")
+
+CATCH_UP_SECONDS = 1.0  # a reader follows the primary's writes at least this often
+CATCH_UP_AFTER_FORWARD = 0.05  # and this soon after a call it forwarded
+
+
+class ReaderStore(OneTier):
+    """The store as a reader sees it: reads from a RocksDB secondary, session records to the
+    primary, no other writes (the reader engine forwards every call that writes)."""
+
+    reads_cacheable = True
+
+    def __init__(self, store: Store, link: LinkClient) -> None:
+        self.store = store
+        self.link = link
+        self._soon: asyncio.TimerHandle | None = None
+        self._wake = asyncio.Event()
+
+    def get(self, key: str):
+        return self.store.get(key)
+
+    def append_session(self, name: str, record: dict) -> int:
+        self.link.session_record(name, record)
+        return 0
+
+    def put(self, exchange) -> None:
+        raise StoreError("a reader worker does not write to the store")
+
+    def changed(self) -> None:
+        """The primary may have stored something: catch up soon."""
+        if self._soon is None:
+            self._soon = asyncio.get_running_loop().call_later(CATCH_UP_AFTER_FORWARD, self._wake.set)
+
+    async def follow(self) -> None:
+        """Catch up with the primary's writes, periodically and when told (on a worker thread:
+        RocksDB replays the primary's log)."""
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), CATCH_UP_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            self._soon = None
+            try:
+                await asyncio.to_thread(self.store.catch_up)
+            except StoreError as exc:
+                log.warning("stbproxy: this worker could not catch up with the store: %s", exc)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class ReaderEngine(Engine):
+    """Engine for a reader worker: local hits, the rest answered by the primary (``link``)."""
+
+    def __init__(self, store: ReaderStore, upstream, config, *, link: LinkClient, **parts) -> None:
+        super().__init__(store, upstream, config, **parts)
+        self.link = link
+        # Record mode never reads the store and faults decide before it: the primary decides all.
+        self.local_hits = config.mode is not Mode.RECORD and not self.faults
+
+    async def handle(self, request: Request, session: str | None = None) -> Answer:
+        if not self.local_hits or (self.config.passthrough and self.is_passthrough(request.host)):
+            return await self._forwarded(self.link.handle(request, session))
+        return await self.answer(self.http_call(request), session)
+
+    async def answer(self, call: Call, session: str | None = None) -> Answer:
+        if self.local_hits:
+            hit = self._hit(call.key)
+            if hit is not None and not self.refreshes(hit):
+                return await self._run(call, session, lambda _call: _ready(hit))
+        return await self._forwarded(self.link.answer(call, session))
+
+    async def _forwarded(self, asked) -> Answer:
+        answer = await asked
+        self.store.changed()
+        return answer
+
+
+async def _ready(answer: Answer) -> Answer:
+    return answer
