@@ -44,3 +44,21 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return float("nan")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of a process and every process below it (the workers of ``serve --workers``)."""
+    total, pending = 0.0, [pid]
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(parent, []).append(int(entry.name))
+    while pending:
+        current = pending.pop()
+        total += cpu_seconds(current)
+        pending.extend(parents.get(current, []))
+    return total

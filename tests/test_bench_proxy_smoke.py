@@ -6,6 +6,7 @@ It checks the benchmark works, not the figures: those depend on the machine.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,10 +51,14 @@ def test_quick_benchmark_runs_clean(tmp_path):
 
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
     assert "FAILED" not in out and "failed requests: 0" in out, out
-    assert "req/s" in out and "p99 ms" in out and "c1 p50 ms" in out, out
-    for target in ("direct", "stbproxy replay", "mitmdump + dict"):
-        assert any(line.startswith(target) for line in out.splitlines()), out
-    assert "ratio stbproxy/mitmdump req/s:" in out, out
+    for path in ("plain", "https"):
+        assert f"{path} hits (medians):" in out, out
+        assert re.search(rf"{path}: CPU per hit at concurrency 16: [\d.]+ ms \(target <= [\d.]+ ms: (met|MISSED)\); "
+                         rf"[\d.]+ of mitmdump \+ dict's [\d.]+ ms", out), out
+        assert re.search(rf"{path}: --workers 2 / 1 worker at concurrency 16: [\d.]+x", out), out
+    for subject in ("direct", "stbproxy", "stbproxy --workers 2", "mitmdump + dict"):
+        assert re.search(rf"^ +{re.escape(subject)} +16 +\d+ +[\d.]+ +[\d.]+", out, re.MULTILINE), out
+    assert re.search(r"p50 added at concurrency 1 over a direct call: -?[\d.]+ ms", out), out
 
     assert not list(tmp_path.iterdir()), "the benchmark left temp files behind"
     if Path("/proc/self/environ").exists():

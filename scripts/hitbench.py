@@ -1,0 +1,149 @@
+"""Running the hit benchmarks (bench_proxy.py, bench_virtual.py): servers under the shared
+load generator (hitload.py), the server's CPU per request from its process times (every
+worker of ``serve --workers`` counted), the load generator's own CPU, and medians of
+interleaved repeats printed as one table per path. Scripts import it from beside themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchkit import child_env, console_script, tree_cpu_seconds
+
+from stbproxy.serve_process import ServeProcess
+
+HITLOAD = Path(__file__).resolve().with_name("hitload.py")
+START_TIMEOUT = 120.0
+BASELINE = "mitmdump + dict"
+
+
+@dataclass
+class Subject:
+    """A server under test: its name in the tables, its port, the process whose CPU counts."""
+
+    name: str
+    port: int
+    pid: int | None  # None: not measured (the direct upstream)
+    ca: str | None = None
+    stop: object = None
+
+    def cpu(self) -> float:
+        return tree_cpu_seconds(self.pid) if self.pid else float("nan")
+
+
+def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path) -> Subject:
+    server = ServeProcess(store, "--mode", "replay", "--simulator", "off", *args, confdir=confdir).start(START_TIMEOUT)
+    return Subject(name, server.port, server.process.pid, str(server.ca_file), server.stop)
+
+
+def mitmdump_subject(addon: Path, port: int, confdir: Path) -> Subject:
+    """mitmdump with every default addon and a dict-backed script: the baseline. Lazy
+    connections, as stbproxy's, so an HTTPS tunnel is answered without reaching the host."""
+    argv = [console_script("mitmdump"), "-q", "--listen-host", "127.0.0.1", "--listen-port", str(port),
+            "-s", str(addon), "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
+                               start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT
+    import socket
+
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"mitmdump exited with status {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        raise RuntimeError("mitmdump did not listen")
+
+    def stop() -> int:
+        process.terminate()
+        try:
+            return process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    return Subject(BASELINE, port, process.pid, str(confdir / "mitmproxy-ca-cert.pem"), stop)
+
+
+def copy_store(store: Path, copy: Path) -> Path:
+    """A store per server: RocksDB lets one process open a store for writing."""
+    shutil.copytree(store, copy)
+    return copy
+
+
+def measure(subject: Subject, plan: Path, requests: int, warmup: int, concurrency: int) -> dict:
+    argv = [sys.executable, str(HITLOAD), "--port", str(subject.port), "--plan", str(plan),
+            "--requests", str(requests), "--warmup", str(warmup), "--concurrency", str(concurrency)]
+    if subject.ca:
+        argv += ["--ca", subject.ca]
+    before = subject.cpu()
+    done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=900)
+    after = subject.cpu()
+    if done.returncode != 0:
+        raise RuntimeError(f"the load generator failed against {subject.name}:\n{done.stdout}\n{done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # Warm-up requests are served too (with the connections' set-up): all count in the CPU per request.
+    spent = after - before
+    result["cpu_ms"] = spent / (requests + warmup) * 1e3 if not math.isnan(spent) else float("nan")
+    result["client_share"] = result["client_cpu_s"] / (result["seconds"] * (os.cpu_count() or 1))
+    return result
+
+
+def median(runs: list[dict], field: str) -> float:
+    values = [r[field] for r in runs if not math.isnan(r[field])]
+    return statistics.median(values) if values else float("nan")
+
+
+class Matrix:
+    """Results of (path, subject, concurrency), repeated; failures collected, never hidden."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, str, int], list[dict]] = {}
+        self.failures: list[str] = []
+
+    def run(self, path: str, subject: Subject, plan: Path, concurrency: int, requests: int, warmup: int) -> dict:
+        result = measure(subject, plan, requests, warmup, concurrency)
+        self.runs.setdefault((path, subject.name, concurrency), []).append(result)
+        if result["failures"]:
+            self.failures += [f"{path} {subject.name} c{concurrency}: {s}" for s in result["samples"]]
+            self.failures.append(f"{path} {subject.name} c{concurrency}: {result['failures']} failed requests")
+        cpu = f"  CPU {result['cpu_ms']:.3f} ms/req" if not math.isnan(result["cpu_ms"]) else ""
+        print(f"  {path:<8} {subject.name:<22} c{concurrency:<3} {result['rps']:8.0f} req/s  "
+              f"p50 {result['p50_ms']:7.3f} ms  p99 {result['p99_ms']:7.3f} ms{cpu}"
+              + (f"  FAILED {result['failures']}" if result["failures"] else ""), flush=True)
+        return result
+
+    def get(self, path: str, name: str, concurrency: int, field: str) -> float:
+        runs = self.runs.get((path, name, concurrency))
+        return median(runs, field) if runs else float("nan")
+
+    def table(self, path: str, names: list[str], concurrencies: list[int]) -> None:
+        print(f"\n{path} hits (medians): {'subject':<22}{'conc':>5}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'CPU ms/req':>12}{'CPU vs ' + 'mitmdump':>16}")
+        for concurrency in concurrencies:
+            base = self.get(path, BASELINE, concurrency, "cpu_ms")
+            for name in names:
+                if (path, name, concurrency) not in self.runs:
+                    continue
+                cpu = self.get(path, name, concurrency, "cpu_ms")
+                ratio = cpu / base if base and not math.isnan(cpu) else float("nan")
+                print(f"{'':<21}{name:<22}{concurrency:>5}{self.get(path, name, concurrency, 'rps'):>9.0f}"
+                      f"{self.get(path, name, concurrency, 'p50_ms'):>9.3f}{self.get(path, name, concurrency, 'p99_ms'):>9.3f}"
+                      f"{cpu:>12.3f}{ratio:>16.2f}")
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
