@@ -131,7 +131,7 @@ class Matrix:
         return median(runs, field) if runs else float("nan")
 
     def table(self, path: str, names: list[str], concurrencies: list[int]) -> None:
-        print(f"\n{path} hits (medians): {'subject':<22}{'conc':>5}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        print(f"\n{path} hits (medians): {'subject':<31}{'conc':>5}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
               f"{'CPU ms/req':>12}{'CPU vs ' + 'mitmdump':>16}")
         for concurrency in concurrencies:
             base = self.get(path, BASELINE, concurrency, "cpu_ms")
@@ -140,7 +140,7 @@ class Matrix:
                     continue
                 cpu = self.get(path, name, concurrency, "cpu_ms")
                 ratio = cpu / base if base and not math.isnan(cpu) else float("nan")
-                print(f"{'':<21}{name:<22}{concurrency:>5}{self.get(path, name, concurrency, 'rps'):>9.0f}"
+                print(f"{'':<21}{name:<31}{concurrency:>5}{self.get(path, name, concurrency, 'rps'):>9.0f}"
                       f"{self.get(path, name, concurrency, 'p50_ms'):>9.3f}{self.get(path, name, concurrency, 'p99_ms'):>9.3f}"
                       f"{cpu:>12.3f}{ratio:>16.2f}")
 

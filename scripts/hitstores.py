@@ -146,11 +146,15 @@ def import_cache(cache: Path, store: Path) -> str:
     return run_stbproxy("import", "stb-cache", str(cache), "--store", str(store))
 
 
-def virtual_plan(made: dict, count: int, seed: int, expect: str = HIT) -> dict:
-    """``count`` calls over every stored one, in random order, as ToolBench's client posts them
-    (requests' json=, its headers), tool_input in another key order than the cache's literal."""
+def virtual_plan(made: dict, count: int, seed: int, expect: str = HIT, distinct: int | None = None) -> dict:
+    """``count`` calls, in random order, as ToolBench's client posts them (requests' json=, its
+    headers), tool_input in another key order than the cache's literal: picked among every
+    stored call, or among ``distinct`` of them chosen at random (so that stores of different
+    sizes can be asked the same number of different calls)."""
     rng = random.Random(seed)
     everything = [(api, args, text) for api, entries in made.items() for args, text in entries]
+    if distinct is not None and distinct < len(everything):
+        everything = rng.sample(everything, distinct)
     items = []
     for api, args, text in (rng.choice(everything) for _ in range(count)):
         category, tool, name, _ = api
