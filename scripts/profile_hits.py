@@ -126,6 +126,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--top", type=int, default=25, help="entries printed per table [25]")
     p.add_argument("--out", type=Path, default=None, help="keep the .prof files here")
+    p.add_argument("--cold", action="store_true",
+                   help="12,000 different calls per path, so hits rarely repeat (the path of a hit never seen before)")
     args = p.parse_args(argv)
     paths = [name.strip() for name in args.paths.split(",") if name.strip()]
     unknown = set(paths) - {"virtual", "plain", "https"}
@@ -138,7 +140,8 @@ def main(argv: list[str]) -> int:
     try:
         plans: dict[str, Path] = {}
         http_store, virtual_store = workdir / "http-store", workdir / "virtual-store"
-        targets = hitstores.http_targets(200)
+        distinct = 12000 if args.cold else 200
+        targets = hitstores.http_targets(distinct)
         if {"plain", "https"} & set(paths):
             bases = {"plain": f"http://{hitstores.API_HOST}", "https": f"https://{hitstores.API_HOST}"}
             hitstores.fill_http_store(http_store, workdir, list(bases.values()), targets)
@@ -146,10 +149,10 @@ def main(argv: list[str]) -> int:
                 plans[kind] = workdir / f"plan-{kind}.json"
                 plans[kind].write_text(json.dumps(hitstores.http_plan(kind, bases[kind], targets)))
         if "virtual" in paths:
-            made = hitstores.write_cache(workdir / "cache", 50)
+            made = hitstores.write_cache(workdir / "cache", distinct // len(hitstores.APIS) if args.cold else 50)
             hitstores.import_cache(workdir / "cache", virtual_store)
             plans["virtual"] = workdir / "plan-virtual.json"
-            plans["virtual"].write_text(json.dumps(hitstores.virtual_plan(made, 4096, 1)))
+            plans["virtual"].write_text(json.dumps(hitstores.virtual_plan(made, max(4096, distinct), 1)))
         for kind in paths:
             store = virtual_store if kind == "virtual" else http_store
             # Unprofiled first: the CPU a hit costs, from the process's own times.

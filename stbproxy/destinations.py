@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import functools
 import ipaddress
 import socket
 import time
@@ -59,6 +60,7 @@ def is_loopback_name(host: str) -> bool:
     return name == "localhost" or name.endswith(".localhost")  # RFC 6761: always loopback
 
 
+@functools.lru_cache(maxsize=1024)  # pure, and asked on every request with the same few addresses
 def own_address(host: str, port: int | None, listening: tuple[str, int] | None) -> str | None:
     """How a request to ``host:port`` names this proxy, which the client reached at
     ``listening`` (the connection's local address): "plain" for the name a direct client

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -135,10 +136,17 @@ def _split_url(url: str) -> tuple[str, str, str, str]:
     return scheme, host, normalize_path(parts.path), parts.query
 
 
+# A path of these characters, without "//" or dot segments, is already in normal form.
+_NORMAL_PATH = re.compile(r"/[A-Za-z0-9\-_~!$&'()*+,;=:@.]+(?:/[A-Za-z0-9\-_~!$&'()*+,;=:@.]+)*/?|/")
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
+
+
 def normalize_path(path: str) -> str:
     """Resolve dot segments, collapse repeated slashes, normalize percent-escapes; keep a trailing slash."""
     if not path:
         return "/"
+    if _NORMAL_PATH.fullmatch(path) and not _DOT_SEGMENT.search(path):
+        return path
     # Decode then re-encode so "%7E", "~" and "%7e" agree; "/" and "%2F" stay distinct.
     segments = [quote(unquote(seg), safe="!$&'()*+,;=:@~") for seg in path.split("/")]
     normal = posixpath.normpath("/".join(segments) or "/")

@@ -76,8 +76,9 @@ class Response:
 
     def with_header(self, name: str, value: str) -> Response:
         """A copy with ``name`` set to ``value`` (replacing any earlier value)."""
-        kept = without_headers(self.headers, frozenset({name.lower()}))
-        return replace(self, headers=kept + ((name, value),))
+        lname = name.lower()
+        kept = tuple(h for h in self.headers if h[0].lower() != lname)
+        return Response(self.status, kept + ((name, value),), self.body, self.reason)
 
 
 @dataclass(frozen=True, slots=True)

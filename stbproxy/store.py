@@ -51,6 +51,7 @@ def default_store_path() -> Path:
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once: records are many
+_SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round-trip
 
 
 def encode_exchange(ex: Exchange) -> bytes:
@@ -305,10 +306,25 @@ class Store(OneTier):
         if seq is None:
             seq = self._last_session_seq(name)
         seq += 1
-        value = json.dumps(record, separators=(",", ":")).encode()  # ASCII: odd URLs round-trip
-        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), value)
+        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
         self._session_seq[name] = seq  # only once written: a failed write leaves no gap
         return seq
+
+    def append_sessions(self, records: list[tuple[str, dict]]) -> None:
+        """Append several records (to one or more sessions' logs, in order) in one atomic write."""
+        self._writable()
+        batch = WriteBatch(raw_mode=True)
+        seqs: dict[str, int] = {}
+        for name, record in records:
+            seq = seqs.get(name)
+            if seq is None:
+                seq = self._session_seq.get(name)
+                if seq is None:
+                    seq = self._last_session_seq(name)
+            seqs[name] = seq = seq + 1
+            batch.put(f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
+        self._call(self._db.write, batch)
+        self._session_seq.update(seqs)  # only once written: a failed write leaves no gap
 
     def session_records(self, name: str) -> Iterator[dict]:
         """The session's records in order, each with its ``seq`` (see sessions.expand_record)."""

@@ -169,11 +169,11 @@ class LinkServer:
             write_message(writer, reply)
 
     def _append_sessions(self, records: list) -> None:
-        for name, record in records:
-            try:
-                self.store.append_session(name, record)
-            except StoreError as exc:
-                self.write_failures.record(f"the log of session {name}", str(exc))
+        try:
+            self.store.append_sessions([(name, record) for name, record in records])
+        except StoreError as exc:
+            names = sorted({name for name, _ in records})
+            self.write_failures.record(f"the log of session {', '.join(names)}", str(exc))
 
 
 # -- a reader's side ----------------------------------------------------------------------

@@ -131,3 +131,30 @@ def test_stats_counts_by_source_and_host(tmp_path):
     assert result.by_source == {"upstream": 1, "simulated": 1}
     assert result.by_host == {"h": 2}
     assert result.size_bytes > 0
+
+
+def test_session_records_appended_one_by_one_and_in_batches_share_one_sequence(tmp_path):
+    with Store(tmp_path / "s") as store:
+        assert store.append_session("a", {"n": 1}) == 1
+        store.append_sessions([("a", {"n": 2}), ("b", {"n": 1}), ("a", {"n": 3})])
+        assert store.append_session("a", {"n": 4}) == 4
+    with Store(tmp_path / "s") as store:  # numbering goes on from what is stored
+        store.append_sessions([("b", {"n": 2})])
+        assert [(r["seq"], r["n"]) for r in store.session_records("a")] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+        assert [(r["seq"], r["n"]) for r in store.session_records("b")] == [(1, 1), (2, 2)]
+
+
+def test_a_secondary_sees_the_writers_entries_after_catching_up(tmp_path):
+    with Store(tmp_path / "s") as writer:
+        writer.put(exchange("http/h/GET/p/1"))
+        reader = Store(tmp_path / "s", secondary=True)
+        try:
+            assert reader.get("http/h/GET/p/1") is not None
+            writer.put(exchange("http/h/GET/p/2"))
+            assert reader.get("http/h/GET/p/2") is None
+            reader.catch_up()
+            assert reader.get("http/h/GET/p/2").response.body == b'{"ok": true}'
+            with pytest.raises(StoreError, match="read-only"):
+                reader.put(exchange("http/h/GET/p/3"))
+        finally:
+            reader.close()
