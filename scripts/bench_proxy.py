@@ -45,7 +45,7 @@ from pathlib import Path
 
 import hitstores
 from benchkit import child_env
-from hitbench import BASELINE, Matrix, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -150,8 +150,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         subjects.append(stbproxy_subject(name, copy_store(store, workdir / f"store-{len(subjects)}"), *extra,
                                          confdir=confdir))
         stack.callback(subjects[-1].stop)
-    port = _free_port()
-    subjects.append(mitmdump_subject(addon, port, confdir))
+    subjects.append(mitmdump_subject(addon, _free_port(), confdir))
+    stack.callback(subjects[-1].stop)
+    subjects.append(lean_subject(addon, _free_port(), confdir))
     stack.callback(subjects[-1].stop)
 
     print(f"stbproxy hit benchmark: {args.distinct} distinct requests, concurrency {args.concurrency}, "
@@ -167,7 +168,7 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
                 for subject in subjects:
                     if subject.name == "direct" and path != "plain":
                         continue
-                    who = subject.name if subject.name in ("direct", BASELINE) else "stbproxy"
+                    who = {"direct": "direct", BASELINE: BASELINE, LEAN: BASELINE}.get(subject.name, "stbproxy")
                     matrix.run(path, subject, plans[(path, who)], concurrency, requests, warmup)
 
     names = [s.name for s in subjects]
@@ -182,6 +183,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         print(f"{path}: CPU per hit at concurrency {top}: {cpu:.3f} ms (target <= {CPU_TARGET[path]} ms: "
               f"{verdict(cpu <= CPU_TARGET[path])}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
               f"(target <= {RATIO_TARGET}: {verdict(cpu / base <= RATIO_TARGET)})")
+    for path in ("plain", "https"):
+        print(f"{path}: mitmproxy's own share: the lean master with a dict answers at "
+              f"{matrix.get(path, LEAN, top, 'cpu_ms'):.3f} ms of CPU per request at concurrency {top}")
     if 1 in args.concurrency:
         added = matrix.get("plain", "stbproxy", 1, "p50_ms") - matrix.get("plain", "direct", 1, "p50_ms")
         baseline_added = matrix.get("plain", BASELINE, 1, "p50_ms") - matrix.get("plain", "direct", 1, "p50_ms")

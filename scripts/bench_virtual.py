@@ -10,7 +10,8 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    import each with `stbproxy import stb-cache` into its own store;
 2. start `stbproxy serve --mode replay` on the 50-per-API store with one worker and (on a
    copy) with `--workers 2`, on the 5,000-per-API store with one worker, and `mitmdump`
-   (all its default addons) with a script answering the same calls from a dict;
+   (all its default addons) with a script answering the same calls from a dict (the
+   baseline; for context also that script in a lean mitmproxy master);
 3. from the load generator (scripts/hitload.py, its own process, asyncio, raw HTTP/1.1 on
    keep-alive connections) send `POST /virtual` with the body ToolBench's client sends
    (category, tool_name, api_name, tool_input, strip, toolbench_key; tool_input's keys in
@@ -42,7 +43,7 @@ import tempfile
 from pathlib import Path
 
 import hitstores
-from hitbench import BASELINE, Matrix, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
@@ -86,11 +87,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     ]
     cold = Subject(f"{large_name}, cold", subjects[-1][0].port, subjects[-1][0].pid, subjects[-1][0].ca)
     subjects.append((cold, plans["cold"]))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     addon = hitstores.dict_addon(workdir, [], [], small_plan)
-    subjects.append((mitmdump_subject(addon, port, confdir), baseline_plan))
+    subjects.append((mitmdump_subject(addon, free_port(), confdir), baseline_plan))
+    subjects.append((lean_subject(addon, free_port(), confdir), baseline_plan))
     for subject, _ in subjects:
         if subject.stop is not None:
             stack.callback(subject.stop)
@@ -124,6 +123,8 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"virtual: CPU per hit at concurrency {top}: {cpu:.3f} ms (target <= {CPU_TARGET} ms: "
           f"{verdict(cpu <= CPU_TARGET)}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
           f"(target <= {BASELINE_TARGET}: {verdict(cpu / base <= BASELINE_TARGET)})")
+    print(f"virtual: mitmproxy's own share: the lean master with a dict answers at "
+          f"{matrix.get('virtual', LEAN, top, 'cpu_ms'):.3f} ms of CPU per request")
     cold_cpu = matrix.get("virtual", cold.name, top, "cpu_ms")
     print(f"virtual: CPU per hit never asked before in this process (cold: parsed, keyed, read and "
           f"decoded from the store): {cold_cpu:.3f} ms ({cold_cpu / base:.2f} of mitmdump + dict's)")
@@ -141,6 +142,12 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         return 1
     print("all answers checked: HTTP 200, X-Stb-Source: cache, error '', the cached response")
     return 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from stbproxy.serve_process import ServeProcess
 HITLOAD = Path(__file__).resolve().with_name("hitload.py")
 START_TIMEOUT = 120.0
 BASELINE = "mitmdump + dict"
+LEAN = "lean mitmproxy + dict"
 
 
 @dataclass
@@ -52,12 +53,16 @@ def mitmdump_subject(addon: Path, port: int, confdir: Path) -> Subject:
             "-s", str(addon), "--set", f"confdir={confdir}", "--set", "connection_strategy=lazy"]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
                                start_new_session=True)
-    deadline = time.monotonic() + START_TIMEOUT
+    return _listening(BASELINE, process, port, confdir)
+
+
+def _listening(name: str, process: subprocess.Popen, port: int, confdir: Path) -> Subject:
     import socket
 
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"mitmdump exited with status {process.returncode}")
+            raise RuntimeError(f"{name} exited with status {process.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             break
@@ -65,7 +70,7 @@ def mitmdump_subject(addon: Path, port: int, confdir: Path) -> Subject:
             time.sleep(0.1)
     else:
         process.kill()
-        raise RuntimeError("mitmdump did not listen")
+        raise RuntimeError(f"{name} did not listen")
 
     def stop() -> int:
         process.terminate()
@@ -75,7 +80,35 @@ def mitmdump_subject(addon: Path, port: int, confdir: Path) -> Subject:
             process.kill()
             return process.wait()
 
-    return Subject(BASELINE, port, process.pid, str(confdir / "mitmproxy-ca-cert.pem"), stop)
+    return Subject(name, port, process.pid, str(confdir / "mitmproxy-ca-cert.pem"), stop)
+
+
+def lean_subject(addon: Path, port: int, confdir: Path) -> Subject:
+    """The dict script in an embedded master with only the addons a proxy needs (the master
+    stbproxy embeds, as mitmproxy ships it): mitmproxy's own cost per request, for context."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "_lean", str(addon), str(port), str(confdir)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
+                               start_new_session=True)
+    return _listening(LEAN, process, port, confdir)
+
+
+async def _run_lean(addon: str, port: int, confdir: str) -> None:
+    import asyncio
+    import runpy
+    import signal
+
+    from mitmproxy import options
+    from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
+    from mitmproxy.master import Master
+
+    opts = options.Options()
+    master = Master(opts)
+    master.addons.add(core.Core(), proxyserver.Proxyserver(), next_layer.NextLayer(), tlsconfig.TlsConfig(),
+                      *runpy.run_path(addon)["addons"])
+    opts.update(listen_host="127.0.0.1", listen_port=port, confdir=confdir, connection_strategy="lazy")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, master.shutdown)
+    await master.run()
 
 
 def copy_store(store: Path, copy: Path) -> Path:
@@ -147,3 +180,9 @@ class Matrix:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["_lean"]:
+    import asyncio
+
+    asyncio.run(_run_lean(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
