@@ -45,7 +45,7 @@ from pathlib import Path
 
 import hitstores
 from benchkit import child_env
-from hitbench import BASELINE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -150,6 +150,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         subjects.append(stbproxy_subject(name, copy_store(store, workdir / f"store-{len(subjects)}"), *extra,
                                          confdir=confdir))
         stack.callback(subjects[-1].stop)
+    if args.before:
+        subjects.append(stbproxy_subject(BEFORE, copy_store(store, workdir / "store-before"), confdir=confdir,
+                                         source=args.before))
+        stack.callback(subjects[-1].stop)
     subjects.append(mitmdump_subject(addon, _free_port(), confdir))
     stack.callback(subjects[-1].stop)
     subjects.append(lean_subject(addon, _free_port(), confdir))
@@ -184,6 +188,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
               f"{verdict(cpu <= CPU_TARGET[path])}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
               f"(target <= {RATIO_TARGET}: {verdict(cpu / base <= RATIO_TARGET)})")
     for path in ("plain", "https"):
+        if args.before:
+            before = matrix.get(path, BEFORE, top, "cpu_ms")
+            print(f"{path}: CPU per hit against {args.before} at concurrency {top}: {cpu_of(matrix, path, top):.3f} "
+                  f"vs {before:.3f} ms: {cpu_of(matrix, path, top) / before:.2f}")
         print(f"{path}: mitmproxy's own share: the lean master with a dict answers at "
               f"{matrix.get(path, LEAN, top, 'cpu_ms'):.3f} ms of CPU per request at concurrency {top}")
     if 1 in args.concurrency:
@@ -207,6 +215,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     return 0
 
 
+def cpu_of(matrix: Matrix, path: str, concurrency: int) -> float:
+    return matrix.get(path, "stbproxy", concurrency, "cpu_ms")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -222,6 +234,8 @@ def _options(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="runs per subject; medians are reported [3]")
     p.add_argument("--distinct", type=int, help="distinct requests stored and replayed [200]")
     p.add_argument("--quick", action="store_true", help="a small run for smoke tests (a minute)")
+    p.add_argument("--before", type=Path, default=None, metavar="DIR",
+                   help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
     a = p.parse_args(argv)
     small = dict(requests=600, requests1=150, concurrency="1,16", repeats=1, distinct=40)
     full = dict(requests=8000, requests1=2000, concurrency="1,16,32", repeats=3, distinct=200)

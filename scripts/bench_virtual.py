@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 
 import hitstores
-from hitbench import BASELINE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
@@ -85,7 +85,11 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
                           "--workers", "2", confdir=confdir), plans[args.small]),
         (stbproxy_subject(large_name, stores[args.large], confdir=confdir), plans[args.large]),
     ]
-    cold = Subject(f"{large_name}, cold", subjects[-1][0].port, subjects[-1][0].pid, subjects[-1][0].ca)
+    if args.before:
+        subjects.append((stbproxy_subject(BEFORE, copy_store(stores[args.small], workdir / "store-before"),
+                                          confdir=confdir, source=args.before), plans[args.small]))
+    large = subjects[2][0]
+    cold = Subject(f"{large_name}, cold", large.port, large.pid, large.ca)
     subjects.append((cold, plans["cold"]))
     addon = hitstores.dict_addon(workdir, [], [], small_plan)
     subjects.append((mitmdump_subject(addon, free_port(), confdir), baseline_plan))
@@ -123,6 +127,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"virtual: CPU per hit at concurrency {top}: {cpu:.3f} ms (target <= {CPU_TARGET} ms: "
           f"{verdict(cpu <= CPU_TARGET)}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
           f"(target <= {BASELINE_TARGET}: {verdict(cpu / base <= BASELINE_TARGET)})")
+    if args.before:
+        before = matrix.get("virtual", BEFORE, top, "cpu_ms")
+        print(f"virtual: CPU per hit against {args.before} at concurrency {top}: {cpu:.3f} vs {before:.3f} ms: "
+              f"{cpu / before:.2f}")
     print(f"virtual: mitmproxy's own share: the lean master with a dict answers at "
           f"{matrix.get('virtual', LEAN, top, 'cpu_ms'):.3f} ms of CPU per request")
     cold_cpu = matrix.get("virtual", cold.name, top, "cpu_ms")
@@ -157,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests1", type=int, default=None, help="at concurrency 1 [1500; quick 100]")
     parser.add_argument("--concurrency", default=None, help="comma-separated [1,16,32; quick 1,32]")
     parser.add_argument("--repeats", type=int, default=None, help="runs per subject (the median counts) [3; quick 1]")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
     parser.add_argument("--small", type=int, default=50, help="entries per API in the small store")
     parser.add_argument("--large", type=int, default=5000, help="entries per API in the large store")
     args = parser.parse_args(argv)

@@ -41,8 +41,15 @@ class Subject:
         return tree_cpu_seconds(self.pid) if self.pid else float("nan")
 
 
-def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path) -> Subject:
-    server = ServeProcess(store, "--mode", "replay", "--simulator", "off", *args, confdir=confdir).start(START_TIMEOUT)
+BEFORE = "stbproxy (before)"
+
+
+def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path, source: Path | None = None) -> Subject:
+    """``stbproxy serve --mode replay`` on ``store``; ``source``: run the stbproxy package of
+    another source tree (an older commit, for a before/after comparison in one run)."""
+    env = {"PYTHONPATH": str(source)} if source else None
+    server = ServeProcess(store, "--mode", "replay", "--simulator", "off", *args, confdir=confdir,
+                          env=env).start(START_TIMEOUT)
     return Subject(name, server.port, server.process.pid, str(server.ca_file), server.stop)
 
 
