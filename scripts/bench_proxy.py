@@ -56,6 +56,10 @@ ADDED_P50_TARGET = 0.6  # ms over a direct call, concurrency 1
 WORKERS_TARGET = 1.7  # req/s of --workers 2 over one worker
 
 
+# What the upstream serves (reliability.py serves and checks the same).
+request_targets, body_for = hitstores.http_targets, hitstores.http_body
+
+
 # -- role: upstream ---------------------------------------------------------------------
 
 
@@ -75,6 +79,8 @@ async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWri
             target = head[: head.index(b"\r\n")].split(b" ")[1]
             if length := _content_length(head):
                 await reader.readexactly(length)
+            if target.startswith(b"http://"):  # absolute form: keep path and query only
+                target = b"/" + target.split(b"/", 3)[3]
             answer = answers.get(target)
             if answer is None:
                 body = hitstores.http_body(target.decode())

@@ -20,7 +20,7 @@ In one run, on 127.0.0.1 only, with bounded request counts, it prints each targe
    --shared on a fresh server; entries/s of the shared import (target >= 20,000) and the
    ratio to the local-only import, then a second shared import that must add 0.
 
-The load generator is bench_proxy.py's (a separate process that checks every answer's
+The load generator is hitload.py (a separate process that checks every answer's
 status, body and X-Stb-Source); the upstream here counts the calls it gets. Exit status 1
 means a check failed (failed requests, wrong counts); a missed speed target is reported
 but is not an error.
@@ -48,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench_import import generate
-from bench_proxy import body_for
+from hitstores import http_body as body_for, http_plan, http_targets
 from benchkit import child_env, stbproxy_command
 
 from stbproxy.redis_process import RedisProcess
@@ -110,16 +110,24 @@ class CountingUpstream:
 
 def load(port: int, upstream_port: int, distinct: int, *, expect: str = "", concurrency: int = 32,
          requests: int | None = None, background: bool = False):
-    """bench_proxy.py's load generator: `requests` GETs over `distinct` targets, every answer checked."""
-    argv = [sys.executable, str(SCRIPTS / "bench_proxy.py"), "_load", "--port", str(port), "--upstream-port",
-            str(upstream_port), "--proxy", "--expect", expect, "--requests", str(requests or distinct),
-            "--concurrency", str(concurrency), "--distinct", str(distinct), "--timeout", "600"]
+    """The shared load generator (hitload.py): GETs through the proxy over `distinct` targets,
+    every answer checked (and carrying ``expect``, a header line, when given)."""
+    plan = http_plan("plain", f"http://{HOST}:{upstream_port}", http_targets(distinct), expect)
+    handle, path = tempfile.mkstemp(prefix="stb-bench-shared-plan-", suffix=".json")
+    with os.fdopen(handle, "w") as out:
+        json.dump(plan, out)
+    argv = [sys.executable, str(SCRIPTS / "hitload.py"), "--port", str(port), "--plan", path,
+            "--requests", str(requests or distinct), "--concurrency", str(concurrency), "--timeout", "600"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    process.plan = path
     return process if background else finished(process)
 
 
 def finished(process: subprocess.Popen) -> dict:
-    out, err = process.communicate(timeout=660)
+    try:
+        out, err = process.communicate(timeout=660)
+    finally:
+        os.unlink(process.plan)
     if process.returncode != 0:
         raise RuntimeError(f"load generator failed:\n{err[-2000:]}")
     return json.loads(out.strip().splitlines()[-1])

@@ -52,7 +52,7 @@ class Load:
                              for _, e in self.items]
         else:
             self.expected = [e.encode("latin-1") for _, e in self.items]
-        self.expect = ("\r\n" + plan["expect"].lower() + "\r\n").encode()
+        self.expect = ("\r\n" + plan["expect"].lower() + "\r\n").encode() if plan["expect"] else b""
         self.tunnel = plan.get("tunnel")
         self.tls = None
         if self.kind == "https":
@@ -109,7 +109,7 @@ class Load:
         if head[9:12] != b"200":
             status = head.split(b"\r\n", 1)[0].decode(errors="replace")
             return f"{status}: {body[:160]!r}"
-        if self.expect not in lower:
+        if self.expect and self.expect not in lower:
             return f"no {self.expect.strip().decode()!r} header: {head[:300]!r}"
         if body == self.expected[index]:
             return None
