@@ -18,8 +18,8 @@ import re
 import signal
 import time
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
-from http import HTTPStatus
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
@@ -442,6 +442,7 @@ class ServeHooks:
     stopping: Callable[[], Awaitable[None]] | None = None
     reuse_port: bool = False
 
+
 _addon_errors = logging.getLogger("mitmproxy.addonmanager")
 
 
@@ -463,9 +464,8 @@ class _HookCache(addonmanager.AddonManager):
         return super().register(addon)
 
     def add(self, *addons) -> None:
-        self._handlers.clear()
         super().add(*addons)
-        self._handlers.clear()
+        self._handlers.clear()  # again: an addon joins the chain only after it registered
 
     def remove(self, addon) -> None:
         self._handlers.clear()
@@ -583,7 +583,6 @@ async def _listen(self, host: str, port: int) -> list:
 
 _listen.reuse_port = False
 _mitmproxy_listen = mode_servers.RegularInstance.listen
-
 
 
 class _Startup:

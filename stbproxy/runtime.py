@@ -17,10 +17,10 @@ from stbproxy.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.shared_store import SharedTier
+from stbproxy.simulation import NoSimulator
 from stbproxy.store import Store
 from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
-from stbproxy.simulation import NoSimulator
 from stbproxy.virtual_api import VirtualApi
 from stbproxy.worker_link import LinkClient
 from stbproxy.write_failures import WriteFailures, status_path

@@ -112,6 +112,7 @@ class LinkServer:
         self._server: asyncio.AbstractServer | None = None
         self._hellos: dict[int, asyncio.Event] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._readers: set[asyncio.Task] = set()  # one per connected reader
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, str(self.path))
@@ -120,14 +121,20 @@ class LinkServer:
         """An event set when the reader with this pid says it listens."""
         return self._hellos.setdefault(pid, asyncio.Event())
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 5.0) -> None:
+        """Stop listening, read what stopped readers sent last (their final session
+        records), then drop what is left."""
         if self._server is not None:
             self._server.close()
             self._server = None
-        for task in list(self._tasks):
+        if self._readers:
+            await asyncio.wait(list(self._readers), timeout=timeout)
+        for task in [*self._tasks, *self._readers]:
             task.cancel()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        self._readers.add(me)
         try:
             while True:
                 message = await read_message(reader)
@@ -145,6 +152,7 @@ class LinkServer:
         except ValueError as exc:
             log.error("stbproxy: a worker sent an unreadable message (%s); dropping its link", exc)
         finally:
+            self._readers.discard(me)
             writer.close()
 
     async def _answer(self, message: dict, writer: asyncio.StreamWriter) -> None:
