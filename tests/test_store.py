@@ -131,3 +131,14 @@ def test_stats_counts_by_source_and_host(tmp_path):
     assert result.by_source == {"upstream": 1, "simulated": 1}
     assert result.by_host == {"h": 2}
     assert result.size_bytes > 0
+
+
+def test_a_path_that_mentions_lock_is_not_taken_for_a_held_lock(tmp_path):
+    from stbproxy.errors import StoreLockedError
+    from stbproxy.store import open_failure
+
+    path = tmp_path / "blocks" / "store"
+    read_only = open_failure(path, Exception(f"IO error: While mkdir if missing: {path}: Read-only file system"))
+    assert not isinstance(read_only, StoreLockedError) and "not writable" in str(read_only)
+    held = open_failure(path, Exception(f"IO error: While lock file: {path}/LOCK: Resource temporarily unavailable"))
+    assert isinstance(held, StoreLockedError)
