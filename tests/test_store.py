@@ -134,7 +134,6 @@ def test_stats_counts_by_source_and_host(tmp_path):
 
 
 def test_a_path_that_mentions_lock_is_not_taken_for_a_held_lock(tmp_path):
-    from stbproxy.errors import StoreLockedError
     from stbproxy.store import open_failure
 
     path = tmp_path / "blocks" / "store"
