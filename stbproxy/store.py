@@ -410,7 +410,9 @@ class Store(OneTier):
 def open_failure(path: Path, exc: Exception) -> StoreError:
     """Why a store cannot be opened, and what to do about it, in one line."""
     text = str(exc)
-    if "lock" in text.lower():
+    # Classified by RocksDB's words, not the path's: a folder named "blocks" is no lock.
+    detail = text.replace(str(path.absolute()), "<store>").replace(str(path), "<store>").lower()
+    if "lock" in detail and not ("read-only" in detail or "permission denied" in detail):
         return StoreLockedError(
             f"the store at {path} is locked by another process ({path / 'LOCK'}): "
             "another stbproxy is writing to it; stop it, use another --store, "
@@ -424,10 +426,10 @@ def open_failure(path: Path, exc: Exception) -> StoreError:
         return StoreError(f"cannot create the store at {path}: {blocking} is a file, not a folder; "
                           "choose another folder with --store")
     errno_text = getattr(exc, "strerror", None) or text
-    if isinstance(exc, PermissionError) or "permission denied" in text.lower() or "read-only" in text.lower():
+    if isinstance(exc, PermissionError) or "permission denied" in detail or "read-only" in detail:
         return StoreError(f"cannot create the store at {path}: {errno_text} ({blocking} is not writable); "
                           "choose a folder you can write to with --store")
-    if "corruption" in text.lower() or "invalid argument" in text.lower():
+    if "corruption" in detail or "invalid argument" in detail:
         return StoreError(f"the store at {path} cannot be read: {text}; it is not an stbproxy store or it "
                           "is damaged (choose another --store, or move this folder away)")
     return StoreError(f"cannot open the store at {path}: {errno_text}; choose another folder with --store")

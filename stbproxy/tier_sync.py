@@ -52,14 +52,7 @@ def push(local: Store, shared: SharedBulk, progress: Callable[[int], None] = lam
     with shared.writer() as writer:  # reading and checking here overlaps the writes' round trips
         for prefix in COPIED_PREFIXES:
             for batch in batches(local.records(prefix)):
-                good = []
-                for key, value in batch:
-                    try:
-                        decode_exchange(key, value)
-                    except StoreError as exc:
-                        summary.damaged.append(str(exc))
-                        continue
-                    good.append((key, value))
+                good = _decodable(batch, summary.damaged)
                 writer.put(good)
                 offered += len(good)
                 summary.seen += len(batch)
@@ -75,16 +68,9 @@ def pull(local: Store, shared: SharedBulk, progress: Callable[[int], None] = lam
     for batch in batches(shared.keys(COPIED_PREFIXES)):
         here = local.existing(batch)
         missing = [key for key in batch if key not in here]
-        fresh = []
-        for key, value in zip(missing, shared.get_many(missing)):
-            if value is None:
-                continue  # deleted since the scan
-            try:
-                decode_exchange(key, value)
-            except StoreError as exc:
-                summary.damaged.append(str(exc))
-                continue
-            fresh.append((key, value))
+        found = [(key, value) for key, value in zip(missing, shared.get_many(missing))
+                 if value is not None]  # None: deleted since the scan
+        fresh = _decodable(found, summary.damaged)
         local.put_encoded_many(fresh)
         summary.seen += len(batch)
         summary.copied += len(fresh)
@@ -99,3 +85,16 @@ def push_catalog(shared: SharedBulk, document: bytes) -> None:
 
 def shared_catalog(shared: SharedBulk) -> bytes | None:
     return shared.get_document(CATALOG_KEY)
+
+
+def _decodable(records: list[tuple[str, bytes]], damaged: list[str]) -> list[tuple[str, bytes]]:
+    """The records that decode as stored exchanges; each one that does not is noted in ``damaged``."""
+    good = []
+    for key, value in records:
+        try:
+            decode_exchange(key, value)
+        except StoreError as exc:
+            damaged.append(str(exc))
+            continue
+        good.append((key, value))
+    return good

@@ -158,3 +158,13 @@ def test_a_secondary_sees_the_writers_entries_after_catching_up(tmp_path):
                 reader.put(exchange("http/h/GET/p/3"))
         finally:
             reader.close()
+
+
+def test_a_path_that_mentions_lock_is_not_taken_for_a_held_lock(tmp_path):
+    from stbproxy.store import open_failure
+
+    path = tmp_path / "blocks" / "store"
+    read_only = open_failure(path, Exception(f"IO error: While mkdir if missing: {path}: Read-only file system"))
+    assert not isinstance(read_only, StoreLockedError) and "not writable" in str(read_only)
+    held = open_failure(path, Exception(f"IO error: While lock file: {path}/LOCK: Resource temporarily unavailable"))
+    assert isinstance(held, StoreLockedError)
