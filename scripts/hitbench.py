@@ -170,6 +170,16 @@ class Matrix:
         runs = self.runs.get((path, name, concurrency))
         return median(runs, field) if runs else float("nan")
 
+    def paired_ratio(self, path: str, name: str, other: str, concurrency: int, field: str) -> float:
+        """The median over repeats of ``name``'s figure divided by ``other``'s in the same repeat.
+        Subjects of one repeat run back to back, so a burst of load from elsewhere touches both
+        sides of a pair; separate medians could pair a quiet run with a loaded one."""
+        mine = self.runs.get((path, name, concurrency), [])
+        theirs = self.runs.get((path, other, concurrency), [])
+        ratios = [a[field] / b[field] for a, b in zip(mine, theirs)
+                  if b[field] and not math.isnan(a[field]) and not math.isnan(b[field])]
+        return statistics.median(ratios) if ratios else float("nan")
+
     def table(self, path: str, names: list[str], concurrencies: list[int]) -> None:
         print(f"\n{path} hits (medians): {'subject':<31}{'conc':>5}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
               f"{'CPU ms/req':>12}{'CPU vs ' + 'mitmdump':>16}")
