@@ -10,6 +10,8 @@ from stbproxy.keys import is_json_type
 from stbproxy.models import Response
 
 JSON_HEADERS = (("Content-Type", "application/json"),)
+TEXT_HEADERS = (("Content-Type", "text/plain; charset=utf-8"),)
+_UNESCAPED = json.JSONEncoder(ensure_ascii=False)  # built once: imports make an answer per entry
 
 
 def error_object_response(error: str, status: int = 200) -> Response:
@@ -20,8 +22,8 @@ def error_object_response(error: str, status: int = 200) -> Response:
 def api_body_response(value: Any) -> Response:
     """An API's answer value (JSON or text) as the HTTP response the API would have sent."""
     if isinstance(value, str):
-        return Response(200, (("Content-Type", "text/plain; charset=utf-8"),), value.encode("utf-8", "surrogatepass"))
-    return Response(200, JSON_HEADERS, json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        return Response(200, TEXT_HEADERS, value.encode("utf-8", "surrogatepass"))
+    return Response(200, JSON_HEADERS, _UNESCAPED.encode(value).encode("utf-8", "surrogatepass"))
 
 
 def body_value(body: bytes, content_type: str | None) -> Any:

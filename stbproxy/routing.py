@@ -22,6 +22,8 @@ from stbproxy.models import ApiRef, Request
 
 ReplyFormat = Literal["http", "virtual"]
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
+# json.dumps with options builds an encoder per call; a stand-in body is made per imported entry.
+_STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
     real = api_request(doc, args) if doc is not None else None
     if real is not None:
         return real
-    body = json.dumps(dict(args), sort_keys=True, ensure_ascii=False, default=str).encode()
+    body = _STAND_IN_BODY.encode(dict(args)).encode()
     return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
                    (("Content-Type", "application/json"),), body)
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import os
+import re
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
@@ -27,7 +29,7 @@ from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
 from stbproxy.routing import stored_request
-from stbproxy.store import encode_exchange
+from stbproxy.store import RecordEncoder
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ class EncodedFile:
 
 def encode_file(path: Path, root: Path, *, catalog: Catalog | None, include_invalid: bool, now: float) -> EncodedFile:
     summary = ImportSummary()
-    records = [(e.key, encode_exchange(e)) for e in read_cache_file(
+    encoder = RecordEncoder()  # a file's entries share their heads but for the arguments
+    records = [(e.key, encoder.encode(e)) for e in read_cache_file(
         path, root, catalog=catalog, include_invalid=include_invalid, now=now, summary=summary)]
     return EncodedFile(records, summary.entries, summary.invalid, summary.problems)
 
@@ -169,21 +172,32 @@ def _start_worker(root: str, catalog_file: str | None, include_invalid: bool, no
                    include_invalid=include_invalid, now=now)
 
 
-def _encode_in_worker(path: str) -> EncodedFile:
-    return encode_file(Path(path), _WORKER["root"], catalog=_WORKER["catalog"],
-                       include_invalid=_WORKER["include_invalid"], now=_WORKER["now"])
+def _encode_in_worker(paths: list[str]) -> list[EncodedFile]:
+    return [encode_file(Path(path), _WORKER["root"], catalog=_WORKER["catalog"],
+                        include_invalid=_WORKER["include_invalid"], now=_WORKER["now"]) for path in paths]
+
+
+FILES_PER_TASK = 8
+TASKS_AHEAD = 4  # per worker: enough to keep the workers busy, few enough to bound memory
 
 
 def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, include_invalid: bool,
                   now: float, jobs: int | None = None) -> Iterator[EncodedFile]:
-    """Every file encoded, in order; ``jobs`` worker processes (default: one per core)."""
+    """Every file encoded, in order; ``jobs`` worker processes (default: one per core).
+    Workers run at most TASKS_AHEAD tasks ahead of the caller, so a caller slower than
+    them (a busy store or shared tier) holds a few hundred files' records, not all."""
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(files) < 2 * jobs:
         catalog = Catalog.load(catalog_file) if catalog_file else None
         for path in files:
             yield encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=now)
         return
+    tasks = ([str(p) for p in files[i:i + FILES_PER_TASK]] for i in range(0, len(files), FILES_PER_TASK))
     with ProcessPoolExecutor(jobs, initializer=_start_worker,
                              initargs=(str(root), str(catalog_file) if catalog_file else None,
                                        include_invalid, now)) as pool:
-        yield from pool.map(_encode_in_worker, [str(p) for p in files], chunksize=8)
+        pending = deque(pool.submit(_encode_in_worker, task) for task in islice(tasks, TASKS_AHEAD * jobs))
+        while pending:
+            done = pending.popleft().result()
+            pending.extend(pool.submit(_encode_in_worker, task) for task in islice(tasks, 1))
+            yield from done

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal, Mapping, NamedTuple
 
+import ahocorasick_rs
+
 from stbproxy import jsonsafe
 from stbproxy.errors import ConfigError, InputError
 
@@ -76,6 +78,13 @@ _STB_MARKS: tuple[tuple[str, int, bool], ...] = tuple(
 )
 
 
+_UNEXPECTED_KEYWORD = "got an unexpected keyword argument"
+# Any mark at all, found in one pass over the lower-cased text (a mark found in the text as
+# is is found lower-cased too): most answers hold none, and then the 28 searches of the
+# rule loop are skipped. An import judges hundreds of thousands of answers.
+_ANY_MARK = ahocorasick_rs.AhoCorasick([_UNEXPECTED_KEYWORD, *sorted({mark.lower() for mark, _, _ in _STB_MARKS})])
+
+
 def _stb_rules(obj: Any) -> tuple[bool, str]:
     """check_result's decision with the rule that made it."""
     if not isinstance(obj, Mapping):
@@ -88,12 +97,13 @@ def _stb_rules(obj: Any) -> tuple[bool, str]:
         return False, "rule 1: no 'response' field"
     text = str(obj["response"])
     lowered = text.lower()
-    # Checked before the failure markers: ToolBench treats this TypeError as an answer.
-    if "got an unexpected keyword argument" in lowered:
-        return True, "rule 2: unexpected keyword argument"
-    for mark, rule, exact in _STB_MARKS:
-        if mark in (text if exact else lowered):
-            return False, f"rule {rule}: response contains {mark!r}"
+    if _ANY_MARK.find_matches_as_indexes(lowered):
+        # Checked before the failure markers: ToolBench treats this TypeError as an answer.
+        if _UNEXPECTED_KEYWORD in lowered:
+            return True, "rule 2: unexpected keyword argument"
+        for mark, rule, exact in _STB_MARKS:
+            if mark in (text if exact else lowered):
+                return False, f"rule {rule}: response contains {mark!r}"
     if not text:
         return False, "rule 6: empty response"
     return True, "rule 7: no failure marker"
