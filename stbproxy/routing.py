@@ -111,9 +111,13 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
     real = api_request(doc, args) if doc is not None else None
     if real is not None:
         return real
-    body = _STAND_IN_BODY.encode(dict(args)).encode()
     return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
-                   (("Content-Type", "application/json"),), body)
+                   (("Content-Type", "application/json"),), stand_in_body(args))
+
+
+def stand_in_body(args: Mapping[str, Any]) -> bytes:
+    """The body of stored_request's stand-in: the arguments as JSON, names sorted."""
+    return _STAND_IN_BODY.encode(dict(args)).encode()
 
 
 def is_rapidapi_url(url: str) -> bool:

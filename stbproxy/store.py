@@ -21,7 +21,7 @@ import json
 import os
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
@@ -80,57 +80,32 @@ def _head(ex: Exchange, request_body: str) -> dict[str, Any]:
     }
 
 
-class RecordEncoder:
-    """encode_exchange for many exchanges (bulk imports), a few times cheaper when heads
-    repeat: exchanges whose heads differ only in the request body share one head, encoded
-    once around a marker and split there, so each further record costs a base64 and a join.
-    The bytes are encode_exchange's exactly: a JSON object's text is its members' texts in
-    order, and a base64 text needs no escaping. Heads alike are found by their other
-    fields (numbers and meta by repr: equal reprs, equal JSON); a head seen once, or anything
-    unusual (a header that cannot be hashed, the marker found twice), is encoded the
+class RecordTemplate:
+    """The records of exchanges that are ``sample`` but for the request and response
+    bodies, at a fraction of encode_exchange's cost (bulk imports): the head is encoded
+    once around a marker where the request body goes and split there, so a record costs
+    a base64 and a join. The bytes are encode_exchange's exactly: a JSON object's text is
+    its members' texts in order, and a base64 text needs no escaping. Should the marker's
+    text occur elsewhere in the head (it cannot in a real one), records are encoded the
     plain way."""
 
     _MARK = "\x00request body\x00"  # never a base64 text
-    _LIMIT = 64  # heads remembered: an import's answers share a few, real URLs share none
-    _SEEN, _PLAIN = object(), object()  # a head seen once; a head that cannot be split
 
-    def __init__(self) -> None:
-        self._heads: dict[tuple, object] = {}
+    def __init__(self, sample: Exchange) -> None:
+        self.sample = sample
+        text = _COMPACT.encode(_head(sample, self._MARK))
+        parts = text.split(_COMPACT.encode(self._MARK))
+        self._parts = None if len(parts) != 2 else (
+            (parts[0] + '"').encode("utf-8", "surrogatepass"), ('"' + parts[1]).encode("utf-8", "surrogatepass"))
 
-    def encode(self, ex: Exchange) -> bytes:
-        try:
-            shape = _head_shape(ex)
-            parts = self._heads.get(shape)
-        except TypeError:  # a header that cannot be hashed
-            return encode_exchange(ex)
-        if parts is None:  # a new head: split it only if it comes again
-            if len(self._heads) < self._LIMIT:
-                self._heads[shape] = self._SEEN
-            return encode_exchange(ex)
-        if parts is self._SEEN:
-            parts = self._heads[shape] = self._split_head(ex)
-        if parts is self._PLAIN:
-            return encode_exchange(ex)
-        before, after = parts
-        body = base64.b64encode(ex.request.body)
+    def record(self, request_body: bytes, response_body: bytes) -> bytes:
+        if self._parts is None:
+            return encode_exchange(replace(self.sample, request=replace(self.sample.request, body=request_body),
+                                           response=replace(self.sample.response, body=response_body)))
+        before, after = self._parts
+        body = base64.b64encode(request_body)
         return b"".join((MAGIC, _HEAD_LEN.pack(len(before) + len(body) + len(after)), before, body, after,
-                         ex.response.body))
-
-    def _split_head(self, ex: Exchange) -> tuple[bytes, bytes] | object:
-        text = _COMPACT.encode(_head(ex, self._MARK))
-        mark = _COMPACT.encode(self._MARK)
-        if text.count(mark) != 1:
-            return self._PLAIN
-        before, after = text.split(mark)
-        return (before + '"').encode("utf-8", "surrogatepass"), ('"' + after).encode("utf-8", "surrogatepass")
-
-
-def _head_shape(ex: Exchange) -> tuple:
-    """Everything in a head but the request body; equal shapes encode alike."""
-    request, response = ex.request, ex.response
-    return (request.method, request.url, request.headers, type(response.status), response.status,
-            response.reason, response.headers, ex.source, repr(ex.stored_at), repr(ex.upstream_seconds), ex.api,
-            repr(dict(ex.meta)))
+                         response_body))
 
 
 def decode_head(value: bytes) -> tuple[dict[str, Any], int]:
