@@ -349,3 +349,14 @@ def test_a_bulk_writer_hands_the_servers_failure_to_its_caller(redis_server):
         writer.put([("api/c/t/a/3", b"three")])
         with pytest.raises(StoreError, match=r"shared tier redis://127\.0\.0\.1"):
             writer.close()
+
+
+def test_bulk_writes_leave_stored_keys_alone_and_the_first_of_a_repeated_key_counts(redis_server):
+    """All new keys (one MSETNX), some stored already (the SET NX loop): the same result."""
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        assert bulk.put_many([("api/c/t/a/1", b"first"), ("api/c/t/a/2", b"two"), ("api/c/t/a/1", b"second")]) == 2
+        assert bulk.get_many(["api/c/t/a/1", "api/c/t/a/2"]) == [b"first", b"two"]
+        assert bulk.put_many([("api/c/t/a/3", b"three"), ("api/c/t/a/2", b"changed"), ("api/c/t/a/3", b"3")]) == 1
+        assert bulk.get_many(["api/c/t/a/2", "api/c/t/a/3"]) == [b"two", b"three"]
+        assert bulk.put_many([("api/c/t/a/1", b"x"), ("api/c/t/a/2", b"y")]) == 0
+        assert bulk.key_count() == 3
