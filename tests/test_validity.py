@@ -322,3 +322,11 @@ answers = st.one_of(st.lists(pieces, max_size=6).map("".join),
 @given(answers)
 def test_the_one_pass_mark_search_decides_as_the_rule_loop(answer):
     assert validity._stb_rules(ok(answer)) == rule_loop(ok(answer))
+
+
+def test_the_characters_that_lower_case_to_ascii_are_all_known():
+    """The byte-wise lower-casing is exact only if no other character lower-cases to ASCII."""
+    import sys
+
+    found = [chr(c) for c in range(0x80, sys.maxunicode + 1) if any(x.isascii() for x in chr(c).lower())]
+    assert set(found) == set(validity._LOWER_TO_ASCII)
