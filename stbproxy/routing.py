@@ -22,8 +22,9 @@ from stbproxy.models import ApiRef, Request
 
 ReplyFormat = Literal["http", "virtual"]
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
-# json.dumps with options builds an encoder per call; a stand-in body is made per imported entry.
-_STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+# json.dumps with options builds an encoder per call; a stand-in body is made per imported
+# entry. Its arguments come from JSON or literals, so they hold no cycles to look for.
+_STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str, check_circular=False)
 
 
 @dataclass(frozen=True)

@@ -645,13 +645,17 @@ class SharedBulk:
 
 
 class BulkWriter:
-    """Hands batches to a thread that writes them with ``put_many`` (bounded: a caller
-    faster than the server waits); ``added`` counts the new records once it is closed.
-    The first error stops the writing and is raised to the caller."""
+    """Gathers records into batches of ``batch`` and hands them to a thread that writes
+    them with ``put_many`` (bounded: a caller faster than the server waits; a few hundred
+    records a round trip, which keeps each command short for the fleet's other clients);
+    ``added`` counts the new records once it is closed. The first error stops the
+    writing and is raised to the caller."""
 
-    def __init__(self, bulk: SharedBulk, depth: int = 8) -> None:
+    def __init__(self, bulk: SharedBulk, depth: int = 8, batch: int = 500) -> None:
         self.bulk = bulk
         self.added = 0
+        self._batch = batch
+        self._gathered: list[tuple[str, bytes]] = []
         self._batches: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="stbproxy-shared-writer", daemon=True)
@@ -659,8 +663,10 @@ class BulkWriter:
 
     def put(self, records: list[tuple[str, bytes]]) -> None:
         self._raise()
-        if records:
-            self._batches.put(records)
+        self._gathered.extend(records)
+        if len(self._gathered) >= self._batch:
+            self._batches.put(self._gathered)
+            self._gathered = []
 
     def _run(self) -> None:
         while (records := self._batches.get()) is not None:
@@ -675,6 +681,9 @@ class BulkWriter:
             raise self._error
 
     def close(self) -> int:
+        if self._gathered and self._error is None:
+            self._batches.put(self._gathered)
+            self._gathered = []
         self._batches.put(None)
         self._thread.join()
         self._raise()

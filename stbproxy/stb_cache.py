@@ -138,8 +138,7 @@ _CONSTANTS = {"True": True, "False": False, "None": None}
 
 
 def _scalar(text: str):
-    if text[0] == "'":
-        return text[1:-1]
+    """A number or constant of a flat literal (parse_args takes strings as they are)."""
     if text in _CONSTANTS:
         return _CONSTANTS[text]
     return float(text) if any(c in text for c in ".eE") else int(text)
@@ -150,7 +149,8 @@ def parse_args(raw_key: str):
     if raw_key.strip() in ("", "{}"):
         return {}
     if _FLAT_DICT.fullmatch(raw_key):
-        return {key[1:-1]: _scalar(value) for key, value in _PAIR.findall(raw_key)}
+        return {key[1:-1]: value[1:-1] if value[0] == "'" else _scalar(value)
+                for key, value in _PAIR.findall(raw_key)}
     try:
         return ast.literal_eval(raw_key)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):

@@ -91,7 +91,7 @@ _LOWER_TO_ASCII = ("\u0130", "\u212a")
 
 
 def _may_hold_a_mark(text: str) -> bool:
-    if not text.isascii() and any(c in text for c in _LOWER_TO_ASCII):
+    if not text.isascii() and (_LOWER_TO_ASCII[0] in text or _LOWER_TO_ASCII[1] in text):
         text = text.lower()
     return bool(_ANY_MARK.find_matches_as_indexes(text.encode("utf-8", "surrogatepass").lower()))
 

@@ -12,8 +12,8 @@ import pytest
 
 from stbproxy.errors import ConfigError, StoreError
 from stbproxy.redis_process import RedisProcess
-from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, Lease, SharedBulk, SharedTier, parse_shared_url,
-                                   redact_shared_url)
+from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, BulkWriter, Lease, SharedBulk, SharedTier,
+                                   parse_shared_url, redact_shared_url)
 
 
 @pytest.mark.parametrize("url,tls,cluster,nodes,db", [
@@ -360,3 +360,13 @@ def test_bulk_writes_leave_stored_keys_alone_and_the_first_of_a_repeated_key_cou
         assert bulk.get_many(["api/c/t/a/2", "api/c/t/a/3"]) == [b"two", b"three"]
         assert bulk.put_many([("api/c/t/a/1", b"x"), ("api/c/t/a/2", b"y")]) == 0
         assert bulk.key_count() == 3
+
+
+def test_a_bulk_writer_gathers_small_puts_into_batches_and_writes_the_rest_on_closing(redis_server):
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        with BulkWriter(bulk, batch=3) as writer:
+            for i in range(7):  # batches of 3, 3, then 1 on closing
+                writer.put([(f"api/c/t/a/{i}", b"v%d" % i)])
+            writer.put([("api/c/t/a/0", b"again")])
+        assert writer.added == 7 and bulk.key_count() == 7
+        assert bulk.get_many(["api/c/t/a/0", "api/c/t/a/6"]) == [b"v0", b"v6"]
