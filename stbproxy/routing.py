@@ -22,6 +22,9 @@ from stbproxy.models import ApiRef, Request
 
 ReplyFormat = Literal["http", "virtual"]
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
+# json.dumps with options builds an encoder per call; a stand-in body is made per imported
+# entry. Its arguments come from JSON or literals, so they hold no cycles to look for.
+_STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str, check_circular=False)
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,13 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
     real = api_request(doc, args) if doc is not None else None
     if real is not None:
         return real
-    body = json.dumps(dict(args), sort_keys=True, ensure_ascii=False, default=str).encode()
     return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
-                   (("Content-Type", "application/json"),), body)
+                   (("Content-Type", "application/json"),), stand_in_body(args))
+
+
+def stand_in_body(args: Mapping[str, Any]) -> bytes:
+    """The body of stored_request's stand-in: the arguments as JSON, names sorted."""
+    return _STAND_IN_BODY.encode(dict(args)).encode()
 
 
 def is_rapidapi_url(url: str) -> bool:

@@ -557,13 +557,18 @@ class SharedBulk:
 
     def put_many(self, records: list[tuple[str, bytes]]) -> int:
         """Write the records the shared tier does not hold yet (keys already there are left
-        alone, so running it twice writes nothing), in one round trip; how many were new.
-        On one server a short Lua script does the SET NX loop (a third of the client's work
-        of one pipelined command per record); a cluster spreads keys over nodes, so it
-        gets the pipeline."""
+        alone, and of a key given twice the first value counts, so running it twice writes
+        nothing); how many were new. On one server, a batch of new keys (a bulk import into
+        a new tier) is one MSETNX, which sets all or none at half the server's work of the
+        SET NX loop; when some key is there already, a short Lua script does the loop (a
+        third of the client's work of one pipelined command per record). A cluster spreads
+        keys over nodes, so it gets the pipeline."""
         if not records:
             return 0
         if not self.url.cluster:
+            first = dict(reversed(records))  # the first value of a key given twice
+            if self._call(self._client.msetnx, first):
+                return len(first)
             if self._put_new is None:
                 self._put_new = self._client.register_script(PUT_NEW_SCRIPT)
             return int(self._call(self._put_new, keys=[k for k, _ in records], args=[v for _, v in records]))
@@ -640,13 +645,17 @@ class SharedBulk:
 
 
 class BulkWriter:
-    """Hands batches to a thread that writes them with ``put_many`` (bounded: a caller
-    faster than the server waits); ``added`` counts the new records once it is closed.
-    The first error stops the writing and is raised to the caller."""
+    """Gathers records into batches of ``batch`` and hands them to a thread that writes
+    them with ``put_many`` (bounded: a caller faster than the server waits; a few hundred
+    records a round trip, which keeps each command short for the fleet's other clients);
+    ``added`` counts the new records once it is closed. The first error stops the
+    writing and is raised to the caller."""
 
-    def __init__(self, bulk: SharedBulk, depth: int = 8) -> None:
+    def __init__(self, bulk: SharedBulk, depth: int = 8, batch: int = 500) -> None:
         self.bulk = bulk
         self.added = 0
+        self._batch = batch
+        self._gathered: list[tuple[str, bytes]] = []
         self._batches: queue.Queue = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="stbproxy-shared-writer", daemon=True)
@@ -654,8 +663,10 @@ class BulkWriter:
 
     def put(self, records: list[tuple[str, bytes]]) -> None:
         self._raise()
-        if records:
-            self._batches.put(records)
+        self._gathered.extend(records)
+        if len(self._gathered) >= self._batch:
+            self._batches.put(self._gathered)
+            self._gathered = []
 
     def _run(self) -> None:
         while (records := self._batches.get()) is not None:
@@ -670,6 +681,9 @@ class BulkWriter:
             raise self._error
 
     def close(self) -> int:
+        if self._gathered and self._error is None:
+            self._batches.put(self._gathered)
+            self._gathered = []
         self._batches.put(None)
         self._thread.join()
         self._raise()

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal, Mapping, NamedTuple
 
+import ahocorasick_rs
+
 from stbproxy import jsonsafe
 from stbproxy.errors import ConfigError, InputError
 
@@ -76,6 +78,24 @@ _STB_MARKS: tuple[tuple[str, int, bool], ...] = tuple(
 )
 
 
+_UNEXPECTED_KEYWORD = "got an unexpected keyword argument"
+# Any mark at all, found in one pass over the lower-cased text (a mark found in the text as
+# is is found lower-cased too): most answers hold none, and then the 28 searches of the
+# rule loop are skipped. An import judges hundreds of thousands of answers.
+_ANY_MARK = ahocorasick_rs.BytesAhoCorasick(
+    [m.encode() for m in sorted({_UNEXPECTED_KEYWORD, *(mark.lower() for mark, _, _ in _STB_MARKS)})])
+# The only characters beyond ASCII whose lower case holds ASCII letters (İ -> i + dot, the
+# Kelvin sign -> k); without them, lower-casing the UTF-8 bytes' ASCII letters finds the
+# same ASCII marks as str.lower(), at a fraction of its cost on non-ASCII text.
+_LOWER_TO_ASCII = ("\u0130", "\u212a")
+
+
+def _may_hold_a_mark(text: str) -> bool:
+    if not text.isascii() and (_LOWER_TO_ASCII[0] in text or _LOWER_TO_ASCII[1] in text):
+        text = text.lower()
+    return bool(_ANY_MARK.find_matches_as_indexes(text.encode("utf-8", "surrogatepass").lower()))
+
+
 def _stb_rules(obj: Any) -> tuple[bool, str]:
     """check_result's decision with the rule that made it."""
     if not isinstance(obj, Mapping):
@@ -87,13 +107,14 @@ def _stb_rules(obj: Any) -> tuple[bool, str]:
     if "response" not in obj:
         return False, "rule 1: no 'response' field"
     text = str(obj["response"])
-    lowered = text.lower()
-    # Checked before the failure markers: ToolBench treats this TypeError as an answer.
-    if "got an unexpected keyword argument" in lowered:
-        return True, "rule 2: unexpected keyword argument"
-    for mark, rule, exact in _STB_MARKS:
-        if mark in (text if exact else lowered):
-            return False, f"rule {rule}: response contains {mark!r}"
+    if _may_hold_a_mark(text):
+        lowered = text.lower()
+        # Checked before the failure markers: ToolBench treats this TypeError as an answer.
+        if _UNEXPECTED_KEYWORD in lowered:
+            return True, "rule 2: unexpected keyword argument"
+        for mark, rule, exact in _STB_MARKS:
+            if mark in (text if exact else lowered):
+                return False, f"rule {rule}: response contains {mark!r}"
     if not text:
         return False, "rule 6: empty response"
     return True, "rule 7: no failure marker"

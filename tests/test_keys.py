@@ -155,6 +155,13 @@ def test_api_keys_are_the_ones_stores_already_hold():
     assert keys.api_key(api, {}) == "api/data/theclique_for_data/songkick_concert/44136fa355b3678a1146ad16f7e8649e"
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(), st.integers(min_value=10**20), st.floats(), st.booleans()))
+def test_a_number_argument_is_keyed_by_its_json_text(number):
+    """arg_text writes plain numbers without the JSON encoder, exactly as it would."""
+    assert keys.arg_text(number) == json.dumps(number, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 # -- properties ---------------------------------------------------------------------------------
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).filter(
     lambda n: n.lower() not in keys.SECRET_FIELDS)

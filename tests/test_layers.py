@@ -23,7 +23,7 @@ LAYERS = {
     "__main__": 6, "__init__": 0,
 }
 OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
-          "requests_mock": "inprocess", "redis": "shared_store"}
+          "requests_mock": "inprocess", "redis": "shared_store", "ahocorasick_rs": "validity"}
 
 
 def imports_of(path: Path) -> set[str]:

@@ -86,6 +86,21 @@ def test_commands_refuse_a_bad_url_and_an_unreachable_server_without_the_passwor
     assert "give --push, --pull" in invoke("sync", "--store", str(tmp_path / "s"), "--shared", "redis://h").output
 
 
+@pytest.mark.integration
+def test_an_import_whose_shared_writes_fail_says_so_and_keeps_the_local_store(tmp_path, redis_server, stb_data):
+    cache, count = stb_cache_from_queries(tmp_path / "tool_response_cache", stb_data)
+    store = tmp_path / "m1" / "store"
+    assert invoke("import", "stb-cache", str(cache), "--store", str(store), "--jobs", "1").exit_code == 0
+    redis_server.cli("config", "set", "maxmemory-policy", "noeviction")
+    redis_server.cli("config", "set", "maxmemory", "1")  # a full server: every write is refused
+
+    failed = invoke("import", "stb-cache", str(cache), "--store", str(store), "--shared", redis_server.url, "--jobs", "1")
+    assert failed.exit_code != 0 and "maxmemory" in failed.output and "shared tier redis://127.0.0.1" in failed.output
+    assert "imported:" not in failed.output  # no summary for a failed import
+    with Store(store, readonly=True) as db:
+        assert len(list(db.keys("api/"))) == count
+
+
 def test_import_cassette_shares_entries_and_the_session(tmp_path, redis_server):
     exchanges = [Exchange(f"http/api.example/GET/item/{i}", Request("GET", f"http://api.example/item?i={i}"),
                           Response(200, (("Content-Type", "application/json"),), b'{"i": %d}' % i), Source.UPSTREAM, 1.0)

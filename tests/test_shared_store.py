@@ -12,8 +12,8 @@ import pytest
 
 from stbproxy.errors import ConfigError, StoreError
 from stbproxy.redis_process import RedisProcess
-from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, Lease, SharedBulk, SharedTier, parse_shared_url,
-                                   redact_shared_url)
+from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, BulkWriter, Lease, SharedBulk, SharedTier,
+                                   parse_shared_url, redact_shared_url)
 
 
 @pytest.mark.parametrize("url,tls,cluster,nodes,db", [
@@ -349,3 +349,24 @@ def test_a_bulk_writer_hands_the_servers_failure_to_its_caller(redis_server):
         writer.put([("api/c/t/a/3", b"three")])
         with pytest.raises(StoreError, match=r"shared tier redis://127\.0\.0\.1"):
             writer.close()
+
+
+def test_bulk_writes_leave_stored_keys_alone_and_the_first_of_a_repeated_key_counts(redis_server):
+    """All new keys (one MSETNX), some stored already (the SET NX loop): the same result."""
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        assert bulk.put_many([("api/c/t/a/1", b"first"), ("api/c/t/a/2", b"two"), ("api/c/t/a/1", b"second")]) == 2
+        assert bulk.get_many(["api/c/t/a/1", "api/c/t/a/2"]) == [b"first", b"two"]
+        assert bulk.put_many([("api/c/t/a/3", b"three"), ("api/c/t/a/2", b"changed"), ("api/c/t/a/3", b"3")]) == 1
+        assert bulk.get_many(["api/c/t/a/2", "api/c/t/a/3"]) == [b"two", b"three"]
+        assert bulk.put_many([("api/c/t/a/1", b"x"), ("api/c/t/a/2", b"y")]) == 0
+        assert bulk.key_count() == 3
+
+
+def test_a_bulk_writer_gathers_small_puts_into_batches_and_writes_the_rest_on_closing(redis_server):
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        with BulkWriter(bulk, batch=3) as writer:
+            for i in range(7):  # batches of 3, 3, then 1 on closing
+                writer.put([(f"api/c/t/a/{i}", b"v%d" % i)])
+            writer.put([("api/c/t/a/0", b"again")])
+        assert writer.added == 7 and bulk.key_count() == 7
+        assert bulk.get_many(["api/c/t/a/0", "api/c/t/a/6"]) == [b"v0", b"v6"]

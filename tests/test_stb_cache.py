@@ -115,3 +115,89 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
     assert with_catalog.key == without_catalog.key == over_http.key == over_virtual.key
     # the request kept with the entry is the real call, under the documented names
     assert with_catalog.request.url == "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"
+
+
+# -- the import's records: the bytes of the Exchanges read_cache_file gives -----------------------
+from stbproxy.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
+from stbproxy.stb_cache import encode_file, encoded_files  # noqa: E402
+from stbproxy.store import encode_exchange  # noqa: E402
+
+G1 = "solvable_queries/test_instruction/G1_instruction.json"
+
+
+def real_api_cache(root, stb_data, apis: int = 30):
+    """A cache of the original layout for real G1 APIs, every kind of cached value among
+    each API's entries: template answers as JSON text and as objects, text with quotes,
+    control characters and non-ASCII, failures, cached errors."""
+    queries = json.loads((stb_data / G1).read_text())
+    docs = {}
+    for query in queries:
+        for api in query["api_list"]:
+            path = (root / category_key(api["category_name"]) / tool_key(api["tool_name"], api["category_name"])
+                    / f"{api_key_name(api['api_name'])}.json")
+            docs.setdefault(path, api)
+    for path, api in list(docs.items())[:apis]:
+        params = [p["name"] for p in api["required_parameters"] + api["optional_parameters"]] or ["q"]
+        template = api.get("template_response") or {"result": "str"}
+        answers = [json.dumps(template), template, 'a "quoted" café\x00 東京 answer', {"nested": [1, 2.5, None]},
+                   "API rate limit exceeded", ""]
+        document = {}
+        for i, answer in enumerate(answers * 2):
+            args = {name: (f"value {i}" if n == 0 else i) for n, name in enumerate(params)}
+            error = "Timeout" if i == 7 else ""
+            document[str(args)] = {"error": error, "response": answer}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document))
+    return root
+
+
+@pytest.mark.parametrize("with_catalog", [False, True])
+@pytest.mark.parametrize("include_invalid", [False, True])
+def test_encoded_records_are_the_bytes_of_the_entries_exchanges(tmp_path, stb_data, with_catalog, include_invalid):
+    root = real_api_cache(tmp_path / "cache", stb_data)
+    catalog = None
+    if with_catalog:
+        catalog = Catalog()
+        catalog.load_query_file(stb_data / G1)
+        assert all(catalog.get(api_of_path(path)) for path in cache_files(root))
+    total = 0
+    for path in cache_files(root):
+        summary = ImportSummary()
+        expected = [(e.key, encode_exchange(e)) for e in read_cache_file(
+            path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25, summary=summary)]
+        encoded = encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25)
+        assert encoded.records == expected
+        assert (encoded.entries, encoded.invalid, encoded.problems) == (summary.entries, summary.invalid,
+                                                                       summary.problems)
+        total += len(expected)
+    assert total == 30 * 12 if include_invalid else 30 * 6 <= total < 30 * 12  # failures left out
+
+
+def api_of_path(path):
+    return ApiRef(path.parent.parent.name, path.parent.name, path.stem)
+
+
+answers = st.one_of(st.text(max_size=30), st.dictionaries(st.text(max_size=5), scalars, max_size=3))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.text(max_size=8), scalars, max_size=4), answers,
+                          st.sampled_from(["", "", "boom"])), min_size=1, max_size=12))
+def test_encoded_records_agree_for_any_arguments_and_answers(tmp_path_factory, entries):
+    root = make_cache(tmp_path_factory.mktemp("cache"), {"C/t_for_C/a.json": {
+        str(args): {"error": error, "response": answer} for args, answer, error in entries}})
+    (path,) = cache_files(root)
+    expected = [(e.key, encode_exchange(e)) for e in read_cache_file(
+        path, root, include_invalid=True, now=5.0, summary=ImportSummary())]
+    assert encode_file(path, root, catalog=None, include_invalid=True, now=5.0).records == expected
+
+
+def test_files_encoded_by_worker_processes_come_in_order_and_agree(tmp_path, stb_data):
+    root = real_api_cache(tmp_path / "cache", stb_data)
+    (root / "C" / "t_for_C").mkdir(parents=True)
+    (root / "C" / "t_for_C" / "broken.json").write_text("{not json")
+    files = cache_files(root)
+    one = list(encoded_files(files, root, catalog_file=None, include_invalid=False, now=2.0, jobs=1))
+    two = list(encoded_files(files, root, catalog_file=None, include_invalid=False, now=2.0, jobs=2))
+    assert len(two) == len(files) and two == one
+    assert any(e.problems for e in two) and sum(len(e.records) for e in two) >= 30 * 6

@@ -7,7 +7,7 @@ import pytest
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
-from stbproxy.store import Store, decode_exchange, encode_exchange
+from stbproxy.store import RecordTemplate, Store, decode_exchange, encode_exchange
 
 
 def exchange(key="http/h/GET/p/1", body=b'{"ok": true}', source=Source.UPSTREAM, **meta) -> Exchange:
@@ -119,6 +119,107 @@ def test_kill_9_loses_nothing_already_acknowledged(tmp_path):
     assert "stored" in result.stdout and result.returncode == -9
     with Store(tmp_path / "s") as store:
         assert len(list(store.keys("http/"))) == 200
+
+
+def _writer_killed(tmp_path, body: str) -> subprocess.CompletedProcess:
+    """Run ``body`` with ``store`` open for writing, then die by SIGKILL without closing it."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from tests.test_store import exchange
+        from stbproxy.store import Store, encode_exchange
+        store = Store({str(tmp_path / 's')!r})
+    """) + textwrap.dedent(body) + "\nos.kill(os.getpid(), 9)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9, result.stderr
+    return result
+
+
+def test_a_bulk_load_is_on_disk_once_it_returns(tmp_path):
+    """Bulk writes skip the write-ahead log; leaving bulk_load flushes them, so a writer
+    killed right after it loses nothing, and what was stored before is kept either way."""
+    result = _writer_killed(tmp_path, """
+        store.put(exchange("http/h/GET/before/1"))
+        with store.bulk_load():
+            store.put_encoded_many([(f"http/h/GET/p/{i}", encode_exchange(exchange(f"http/h/GET/p/{i}")))
+                                    for i in range(300)])
+        print("imported", flush=True)
+    """)
+    assert "imported" in result.stdout
+    with Store(tmp_path / "s", readonly=True) as store:
+        assert len(list(store.keys("http/h/GET/p/"))) == 300
+        assert store.get("http/h/GET/p/7") == exchange("http/h/GET/p/7")
+        assert store.get("http/h/GET/before/1") is not None
+
+
+def test_a_writer_killed_inside_a_bulk_load_keeps_what_was_stored_before(tmp_path):
+    _writer_killed(tmp_path, """
+        store.put(exchange("http/h/GET/before/1"))
+        with store.bulk_load():
+            store.put_encoded_many([("http/h/GET/p/1", encode_exchange(exchange("http/h/GET/p/1")))])
+            os.kill(os.getpid(), 9)
+    """)
+    with Store(tmp_path / "s") as store:
+        assert store.get("http/h/GET/before/1") == exchange("http/h/GET/before/1")
+        assert store.get("http/h/GET/p/1") is None  # unlogged and not flushed: the import is re-run
+
+
+def test_writes_after_a_bulk_load_are_logged_again(tmp_path):
+    _writer_killed(tmp_path, """
+        try:
+            with store.bulk_load():
+                store.put_encoded_many([("http/h/GET/p/1", encode_exchange(exchange("http/h/GET/p/1")))])
+                raise RuntimeError("the import failed")
+        except RuntimeError:
+            pass
+        store.put(exchange("http/h/GET/after/1"))
+    """)
+    with Store(tmp_path / "s") as store:
+        assert store.get("http/h/GET/p/1") is not None  # flushed on the way out of the failed load
+        assert store.get("http/h/GET/after/1") is not None  # in the log again
+
+
+def test_a_bulk_load_on_a_read_only_store_is_refused(tmp_path):
+    Store(tmp_path / "s").close()
+    with Store(tmp_path / "s", readonly=True) as store, pytest.raises(StoreError, match="read-only"):
+        with store.bulk_load():
+            pass
+
+
+# -- record templates: encode_exchange's bytes, made cheaply ---------------------------------------
+from dataclasses import replace  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+texts = st.text(max_size=20)
+headers = st.lists(st.tuples(texts, texts), max_size=3).map(tuple)
+meta_values = st.one_of(texts, st.integers(), st.floats(allow_nan=False), st.booleans(), st.none(),
+                        st.lists(st.integers(), max_size=3))
+exchanges = st.builds(
+    Exchange, key=st.just("api/c/t/a/x"),
+    request=st.builds(Request, method=st.sampled_from(["GET", "POST"]), url=texts, headers=headers,
+                      body=st.binary(max_size=40)),
+    response=st.builds(Response, status=st.integers(100, 599), headers=headers, body=st.binary(max_size=40),
+                       reason=texts),
+    source=st.sampled_from(list(Source)), stored_at=st.floats(allow_nan=False, allow_infinity=False),
+    upstream_seconds=st.none() | st.floats(0, 100), api=st.none() | st.builds(ApiRef, texts, texts, texts),
+    meta=st.dictionaries(texts, meta_values, max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(exchanges, st.binary(max_size=60), st.binary(max_size=60))
+def test_a_record_template_makes_encode_exchanges_bytes(sample, request_body, response_body):
+    expected = replace(sample, request=replace(sample.request, body=request_body),
+                       response=replace(sample.response, body=response_body))
+    assert RecordTemplate(sample).record(request_body, response_body) == encode_exchange(expected)
+
+
+@pytest.mark.parametrize("url", ["\x00request body\x00", "http://h/\x00request body\x00", "\\u0000request body"])
+def test_a_record_template_is_right_whatever_the_head_holds(url):
+    """A head value that is the template's marker itself is encoded the plain way."""
+    sample = replace(exchange(), request=replace(exchange().request, url=url))
+    assert RecordTemplate(sample).record(b"args", b"answer") == encode_exchange(
+        replace(sample, request=replace(sample.request, body=b"args"), response=replace(sample.response, body=b"answer")))
 
 
 def test_stats_counts_by_source_and_host(tmp_path):

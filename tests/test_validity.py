@@ -286,3 +286,47 @@ def test_taxonomy_table_accepts_names_and_survives_zero():
     with pytest.raises(InputError, match="unknown failure kind"):
         taxonomy_table({"exploded": 1})
 
+
+
+# --- the one-pass search for failure marks decides as the plain rule loop ---------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from stbproxy import validity  # noqa: E402
+
+
+def rule_loop(obj) -> tuple[bool, str]:
+    """check_result's rules as plain substring tests, one mark after another."""
+    text = str(obj["response"])
+    lowered = text.lower()
+    if "got an unexpected keyword argument" in lowered:
+        return True, "rule 2: unexpected keyword argument"
+    for mark, rule, exact in validity._STB_MARKS:
+        if mark in (text if exact else lowered):
+            return False, f"rule {rule}: response contains {mark!r}"
+    return (False, "rule 6: empty response") if not text else (True, "rule 7: no failure marker")
+
+
+marks = [mark for mark, _, _ in validity._STB_MARKS] + ["got an unexpected keyword argument"]
+pieces = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(marks),
+    st.sampled_from(marks).map(str.upper),
+    st.sampled_from(marks).map(str.title),
+    st.sampled_from(["\u212a", "\u0130", "BLOC\u212aED", "\u03a3", "Ünïcødé"]),  # lower() maps some to ASCII
+)
+answers = st.one_of(st.lists(pieces, max_size=6).map("".join),
+                    st.dictionaries(st.text(max_size=6), st.lists(pieces, max_size=3).map("".join), max_size=3))
+
+
+@settings(max_examples=500, deadline=None)
+@given(answers)
+def test_the_one_pass_mark_search_decides_as_the_rule_loop(answer):
+    assert validity._stb_rules(ok(answer)) == rule_loop(ok(answer))
+
+
+def test_the_characters_that_lower_case_to_ascii_are_all_known():
+    """The byte-wise lower-casing is exact only if no other character lower-cases to ASCII."""
+    import sys
+
+    found = [chr(c) for c in range(0x80, sys.maxunicode + 1) if any(x.isascii() for x in chr(c).lower())]
+    assert set(found) == set(validity._LOWER_TO_ASCII)

@@ -143,7 +143,8 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
     try:
         files = stb_cache.cache_files(cache_dir)
         catalog_file = catalog_path_for(store)
-        with Store(store) as db, SharedImport(shared) as writer:
+        # bulk_load: unlogged writes, flushed to disk before the summary is printed
+        with Store(store) as db, db.bulk_load(), SharedImport(shared) as writer:
             summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
                                       include_invalid, jobs, writer)
         summary.shared_added = writer.added
