@@ -89,8 +89,8 @@ class RecordTemplate:
     once around a marker where the request body goes and split there, so a record costs
     a base64 and a join. The bytes are encode_exchange's exactly: a JSON object's text is
     its members' texts in order, and a base64 text needs no escaping. Should the marker's
-    text occur elsewhere in the head (it cannot in a real one), records are encoded the
-    plain way."""
+    text occur elsewhere in the head (a value of exactly that text), records are encoded
+    the plain way."""
 
     _MARK = "\x00request body\x00"  # never a base64 text
 
