@@ -111,3 +111,19 @@ def test_an_upstream_ca_that_holds_no_certificate_is_one_line(tmp_path):
 def test_every_option_reads_stbproxy_command_option_variables(tmp_path):
     result = invoke("env", env={"STBPROXY_ENV_PORT": "9555", "STBPROXY_ENV_SESSION": "nightly"})
     assert "export HTTP_PROXY=http://nightly:@127.0.0.1:9555" in result.output
+
+
+def test_the_evaluation_package_loads_only_for_eval():
+    """Every other command starts without importing stbeval (and vcrpy): half a second each."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from click.testing import CliRunner\n"
+             "from stbproxy.cli import main\n"
+             "assert CliRunner().invoke(main, ['stats', '--help']).exit_code == 0\n"
+             "print('stbeval.cli' in sys.modules)\n"
+             "result = CliRunner().invoke(main, ['eval', 'pass-rate', '--help'])\n"
+             "print('stbeval.cli' in sys.modules, 'STBPROXY_EVAL_PASS_RATE_STORE' in result.output)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["False", "True True"]

@@ -19,10 +19,31 @@ from stbproxy.cli.serving import env, serve
 from stbproxy.cli.shared_tier import sync
 from stbproxy.cli.store_care import forget, sessions, stats
 from stbproxy.cli.transfer import export, import_group
-from stbeval.cli import eval_group  # stbeval never imports the proxy side
 
 
-@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(OneLineErrors):
+    """The top-level group, with `eval` loaded only when it is named or listed: the
+    evaluation package (vcrpy with it) takes about half a second to import, which every
+    other command, an import or a serve, would otherwise pay at start."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), "eval"})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name == "eval" and name not in self.commands:
+            self.add_command(_eval_group(), name="eval")
+        return super().get_command(ctx, name)
+
+
+def _eval_group() -> click.Group:
+    from stbeval.cli import eval_group  # stbeval never imports the proxy side
+
+    _sessions_as_answers(eval_group)
+    expose_envvars(eval_group, "STBPROXY_EVAL")
+    return eval_group
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stbproxy")
 def main() -> None:
     """A transparent, reproducible virtual API server for tool-using LLM agents.
@@ -54,8 +75,6 @@ def _sessions_as_answers(group: click.Group) -> None:
 
 for command in (serve, env, stats, sessions, forget, export, import_group, sync):
     main.add_command(command)
-_sessions_as_answers(eval_group)
-main.add_command(eval_group, name="eval")
 expose_envvars(main, "STBPROXY")
 
 
