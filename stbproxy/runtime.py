@@ -103,7 +103,10 @@ class Runtime:
 
     def _open_reader(self, settings: Settings, link: LinkClient) -> None:
         self.catalog = load_catalog(settings)
-        self.store = ReaderStore(Store(settings.store, secondary=True), link)
+        # The secondary's folder goes in the primary's private folder, which the primary
+        # removes when it stops, even after this worker was killed.
+        scratch = link.path.parent if link.path is not None else None
+        self.store = ReaderStore(Store(settings.store, secondary=True, scratch=scratch), link)
         try:
             self.upstream = Upstream(settings.upstream_config())  # unused: the primary calls out
         except Exception:

@@ -195,11 +195,14 @@ class Store(OneTier):
     a secondary (``secondary=True``: a read-only view that follows the writer's changes each
     time ``catch_up`` is called; the reader workers of ``serve --workers``)."""
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, secondary: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, secondary: bool = False,
+                 scratch: Path | None = None) -> None:
+        """``scratch``: where a secondary keeps its own info log (default: the temporary directory)."""
         self.path = Path(path)
         self.readonly = readonly or secondary
         self.secondary = secondary
         self._secondary_dir: str | None = None
+        self._scratch = scratch
         self._session_seq: dict[str, int] = {}
         self._db = self._open()
 
@@ -210,7 +213,7 @@ class Store(OneTier):
                 if not (self.path / "CURRENT").exists():
                     raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
                 if self.secondary:  # RocksDB keeps a secondary's own info log in a folder of its own
-                    self._secondary_dir = tempfile.mkdtemp(prefix="stbproxy-secondary-")
+                    self._secondary_dir = tempfile.mkdtemp(prefix="stbproxy-secondary-", dir=self._scratch)
                     return Rdict(str(self.path), options, access_type=AccessType.secondary(self._secondary_dir))
                 return Rdict(str(self.path), options, access_type=AccessType.read_only())
             private_dir(self.path)  # recorded traffic is for the owner only

@@ -199,8 +199,10 @@ class LinkClient:
         self._flush_handle: asyncio.TimerHandle | None = None
         self.lost = asyncio.Event()
         self._on_lost: list[Callable[[], Any]] = []
+        self.path: Path | None = None  # the link's socket, in the primary's private folder
 
     async def connect(self, path: str) -> None:
+        self.path = Path(path)
         self._reader, self._writer = await asyncio.open_unix_connection(path)
         asyncio.ensure_future(self._read_replies())
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,7 +98,9 @@ def test_two_workers_share_one_store_single_flight_and_sessions(tmp_path, upstre
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_crashed_worker_is_started_again_and_logged(tmp_path, upstream):
-    proxy = ServeProcess(tmp_path / "store", "--workers", "2").start(START)
+    # A temporary directory of the test's own (short: the link is a Unix socket in it).
+    scratch = Path(tempfile.mkdtemp(prefix="stbw-"))
+    proxy = ServeProcess(tmp_path / "store", "--workers", "2", env={"TMPDIR": str(scratch)}).start(START)
     try:
         (reader,) = children(proxy.process.pid)
         os.kill(reader, signal.SIGKILL)
@@ -117,6 +121,10 @@ def test_a_crashed_worker_is_started_again_and_logged(tmp_path, upstream):
         assert all(upstream.hits[f"/api/after{i}"] == 1 for i in range(4))
     finally:
         assert proxy.stop(timeout=30) == 0
+    # Nothing left behind, not even by the killed worker (its RocksDB secondary's folder).
+    leftovers = [p.name for p in scratch.iterdir()]
+    shutil.rmtree(scratch, ignore_errors=True)
+    assert leftovers == []
 
 
 @pytest.mark.parametrize("args,message", [
