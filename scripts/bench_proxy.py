@@ -8,7 +8,8 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    JSON per path and query, and fill a store with those answers for the plain-HTTP API and
    for the same API over HTTPS (``stbproxy import cassette``: the proxy's own keys);
 2. start, each on its own copy of the store, ``stbproxy serve --mode replay`` with one
-   worker and with ``--workers 2``, and ``mitmdump`` (all its default addons) with a script
+   worker, with ``--workers 2`` and with ``--no-fast-lane`` (every request through
+   mitmproxy's protocol layers), and ``mitmdump`` (all its default addons) with a script
    answering the same bodies from a dict: the baseline;
 3. from the load generator (scripts/hitload.py, a process of its own, asyncio, raw HTTP/1.1
    on keep-alive connections; HTTPS through one CONNECT tunnel per connection, trusting the
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import hitstores
 from benchkit import child_env
-from hitbench import BASELINE, BEFORE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -152,7 +153,8 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     confdir = workdir / "certs"
     addon = hitstores.dict_addon(workdir, list(bases.values()), targets, None)
     subjects: list[Subject] = [Subject("direct", upstream_port, None)]
-    for name, extra in (("stbproxy", ()), ("stbproxy --workers 2", ("--workers", "2"))):
+    for name, extra in (("stbproxy", ()), ("stbproxy --workers 2", ("--workers", "2")),
+                        (MITMPROXY_PATH, ("--no-fast-lane",))):
         subjects.append(stbproxy_subject(name, copy_store(store, workdir / f"store-{len(subjects)}"), *extra,
                                          confdir=confdir))
         stack.callback(subjects[-1].stop)
@@ -194,6 +196,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
               f"{verdict(cpu <= CPU_TARGET[path])}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
               f"(target <= {RATIO_TARGET}: {verdict(cpu / base <= RATIO_TARGET)})")
     for path in ("plain", "https"):
+        lane = matrix.paired_ratio(path, "stbproxy", MITMPROXY_PATH, top, "cpu_ms")
+        print(f"{path}: CPU per hit with the fast lane / without (--no-fast-lane) at concurrency {top}: "
+              f"{cpu_of(matrix, path, top):.3f} vs {matrix.get(path, MITMPROXY_PATH, top, 'cpu_ms'):.3f} ms: "
+              f"{lane:.2f} (median of the repeats' ratios; HTTPS always takes mitmproxy's path)")
         if args.before:
             before = matrix.get(path, BEFORE, top, "cpu_ms")
             ratio = matrix.paired_ratio(path, "stbproxy", BEFORE, top, "cpu_ms")

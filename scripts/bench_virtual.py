@@ -8,8 +8,9 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
 1. generate two StableToolBench caches of the original layout for the same handful of
    APIs, one with 50 and one with 5,000 entries per API (the first 50 are the same), and
    import each with `stbproxy import stb-cache` into its own store;
-2. start `stbproxy serve --mode replay` on the 50-per-API store with one worker and (on a
-   copy) with `--workers 2`, on the 5,000-per-API store with one worker, and `mitmdump`
+2. start `stbproxy serve --mode replay` on the 50-per-API store with one worker and (on
+   copies) with `--workers 2` and with `--no-fast-lane` (every request through mitmproxy's
+   protocol layers), on the 5,000-per-API store with one worker, and `mitmdump`
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
 3. from the load generator (scripts/hitload.py, its own process, asyncio, raw HTTP/1.1 on
@@ -43,7 +44,7 @@ import tempfile
 from pathlib import Path
 
 import hitstores
-from hitbench import BASELINE, BEFORE, LEAN, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
@@ -84,6 +85,8 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         (stbproxy_subject("stbproxy --workers 2", copy_store(stores[args.small], workdir / "store-copy"),
                           "--workers", "2", confdir=confdir), plans[args.small]),
         (stbproxy_subject(large_name, stores[args.large], confdir=confdir), plans[args.large]),
+        (stbproxy_subject(MITMPROXY_PATH, copy_store(stores[args.small], workdir / "store-mitmproxy-path"),
+                          "--no-fast-lane", confdir=confdir), plans[args.small]),
     ]
     if args.before:
         subjects.append((stbproxy_subject(BEFORE, copy_store(stores[args.small], workdir / "store-before"),
@@ -127,6 +130,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"virtual: CPU per hit at concurrency {top}: {cpu:.3f} ms (target <= {CPU_TARGET} ms: "
           f"{verdict(cpu <= CPU_TARGET)}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
           f"(target <= {BASELINE_TARGET}: {verdict(cpu / base <= BASELINE_TARGET)})")
+    lane = matrix.paired_ratio("virtual", "stbproxy", MITMPROXY_PATH, top, "cpu_ms")
+    print(f"virtual: CPU per hit with the fast lane / without (--no-fast-lane) at concurrency {top}: {cpu:.3f} vs "
+          f"{matrix.get('virtual', MITMPROXY_PATH, top, 'cpu_ms'):.3f} ms: {lane:.2f} (median of the repeats' ratios)")
     if args.before:
         before = matrix.get("virtual", BEFORE, top, "cpu_ms")
         ratio = matrix.paired_ratio("virtual", "stbproxy", BEFORE, top, "cpu_ms")

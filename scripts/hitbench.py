@@ -42,6 +42,7 @@ class Subject:
 
 
 BEFORE = "stbproxy (before)"
+MITMPROXY_PATH = "stbproxy --no-fast-lane"  # every request through mitmproxy's layers
 
 
 def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path, source: Path | None = None) -> Subject:

@@ -179,7 +179,8 @@ async def run_reader(config: dict) -> None:
     hooks = mitm.ServeHooks(make_runtime=lambda settings: Runtime(settings, link=link), listening=listening,
                             stopping=stopping, reuse_port=True)
     await mitm.serve(config["stb_options"], listen_host=config["host"], listen_port=config["port"],
-                     confdir=Path(config["confdir"]), proxy_auth=config.get("proxy_auth"), hooks=hooks)
+                     confdir=Path(config["confdir"]), proxy_auth=config.get("proxy_auth"), hooks=hooks,
+                     fast_lane=config.get("fast_lane", True))
 
 
 def reader_main() -> int:

@@ -138,8 +138,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, owner: "Upstream", ssl_context: ssl.SSLContext | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, owner: "Upstream", ssl_context: ssl.SSLContext | None, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.owner = owner
         if ssl_context is not None:
             self.socket = ssl_context.wrap_socket(self.socket, server_side=True)
@@ -148,14 +148,14 @@ class _Server(ThreadingHTTPServer):
 class Upstream:
     """A real HTTP(S) server on 127.0.0.1 with an ephemeral port, started and stopped by tests."""
 
-    def __init__(self, tls: "TestCA | None" = None) -> None:
+    def __init__(self, tls: "TestCA | None" = None, port: int = 0) -> None:
         self.hits: Counter[str] = Counter()
         self.requests: list[tuple[str, str, dict, bytes]] = []
         self.toolbench_keys: list[str | None] = []
         self.virtual_calls: list[tuple[dict, dict]] = []  # (headers, body) of each /virtual call
         context = tls.server_context() if tls else None
         self.scheme = "https" if tls else "http"
-        self._server = _Server(self, context)
+        self._server = _Server(self, context, port)  # port 0: an ephemeral one
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

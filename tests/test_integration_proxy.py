@@ -5,6 +5,7 @@ variables (HTTP_PROXY / HTTPS_PROXY / REQUESTS_CA_BUNDLE)."""
 from __future__ import annotations
 
 import json
+import socket
 import os
 import stat
 import subprocess
@@ -173,3 +174,19 @@ def test_refuses_non_loopback_address_without_auth(tmp_path):
     result = subprocess.run([sys.executable, "-m", "stbproxy", "serve", "--host", "0.0.0.0", "--port", "0",
                              "--store", str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "--proxy-auth" in result.stderr
+
+
+def test_an_answer_to_head_has_no_body_and_the_connection_stays_usable(tmp_path, upstream):
+    # The upstream does not implement HEAD (501): the simulator answers it, with a body that
+    # must not be sent, or the next answer on the connection would start with it.
+    target = upstream.url("/echo/h").encode()
+    with ProxyProcess(tmp_path / "store", "--simulator", "schema") as proxy, \
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        received = b""
+        for method in (b"HEAD", b"GET"):
+            sock.sendall(b"%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (method, target, upstream.port))
+            while received.count(b"\r\n\r\n") < (1 if method == b"HEAD" else 2):
+                received += sock.recv(65536)
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert b"X-Stb-Source: simulated" in head and b"content-length: 0" not in head.lower()
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n"), rest[:200]  # not the HEAD answer's body

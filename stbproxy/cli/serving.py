@@ -100,6 +100,10 @@ from stbproxy.models import Mode
 @click.option("--workers", default="1", show_default=True, metavar="N|auto",
               help="Processes answering on the port (auto: one per CPU core). One of them owns the store's "
                    "writes and every miss; the others answer hits from the store and hand it the rest.")
+@click.option("--fast-lane/--no-fast-lane", default=True, show_default=True,
+              help="Answer plain HTTP/1.1 requests (/virtual calls, http:// APIs) without mitmproxy's protocol "
+                   "layers, which costs a cache hit about half the CPU. --no-fast-lane sends every request "
+                   "through mitmproxy, as HTTPS always is.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 @shared_option
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
@@ -107,7 +111,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
           deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, workers, verbose, shared):
+          sim_seed, sim_concurrency, workers, fast_lane, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -189,10 +193,11 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         from stbproxy.workers import Workers
 
         hooks = Workers(worker_total, {"stb_options": stb_options, "confdir": str(confdir),
-                                       "proxy_auth": proxy_auth, "verbose": verbose}).hooks()
+                                       "proxy_auth": proxy_auth, "verbose": verbose,
+                                       "fast_lane": fast_lane}).hooks()
     try:
         asyncio.run(mitm.serve(stb_options, listen_host=host, listen_port=port, confdir=confdir,
-                               proxy_auth=proxy_auth, on_ready=ready, hooks=hooks))
+                               proxy_auth=proxy_auth, on_ready=ready, hooks=hooks, fast_lane=fast_lane))
     except StbError as exc:
         fail(cli_message(str(exc)))
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from stbproxy.errors import ConfigError, StbError
 from stbproxy.destinations import own_address
 from stbproxy.guard import Guard, loop_message
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from stbproxy.mitm.fast_lane import FastLane
 from stbproxy.models import Request, Response, Source
 from stbproxy.private_files import private_dir, private_umask
 from stbproxy.recent import Recent
@@ -267,6 +268,12 @@ class StbAddon:
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        # An answer to HEAD has the headers of a GET's and no body (a stored or simulated answer
+        # has one): a body would be read as the start of the next answer on the connection.
+        if flow.request.method == "HEAD" and flow.response is not None and flow.response.raw_content:
+            flow.response.raw_content = b""
 
     async def proxied_virtual(self, flow: http.HTTPFlow, request: Request, session: str) -> bool:
         """Answer a /virtual call addressed to another server; False: it is plain HTTP."""
@@ -568,20 +575,26 @@ class _CoalescingWriter:
 
 
 async def _listen(self, host: str, port: int) -> list:
-    """How the embedded master listens (in place of mitmproxy's regular-mode ``listen``): one
-    TCP server whose connections write through _CoalescingWriter, with SO_REUSEPORT when
-    several workers share the port (``reuse_port``, set by serve())."""
+    """How the embedded master listens (in place of mitmproxy's regular-mode ``listen``): each
+    connection starts in the fast lane (fast_lane.py) unless ``serve(fast_lane=False)``, and
+    what mitmproxy serves writes through _CoalescingWriter; SO_REUSEPORT when several workers
+    share the port (``reuse_port``, set by serve())."""
+    mitmproxy_handles = self.handle_stream
 
+    async def handed_over(reader, writer) -> None:
+        await mitmproxy_handles(reader, _CoalescingWriter(writer))
+
+    accepted = handed_over
+    if _listen.fast_lane:
+        accepted = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over).serve
     if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
+        self.handle_stream = accepted
         return await _mitmproxy_listen(self, host, port)
-
-    async def accepted(reader, writer) -> None:
-        await self.handle_stream(reader, _CoalescingWriter(writer))
-
     return [await asyncio.start_server(accepted, host or None, port, reuse_port=_listen.reuse_port or None)]
 
 
 _listen.reuse_port = False
+_listen.fast_lane = True
 _mitmproxy_listen = mode_servers.RegularInstance.listen
 
 
@@ -674,6 +687,7 @@ async def serve(
     proxy_auth: str | None = None,
     on_ready: Callable[[str, int, Runtime], None] = lambda host, port, runtime: None,
     hooks: ServeHooks | None = None,
+    fast_lane: bool = True,
 ) -> None:
     """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed.
 
@@ -689,6 +703,7 @@ async def serve(
     hooks = hooks or ServeHooks()
     mode_servers.RegularInstance.listen = _listen
     _listen.reuse_port = hooks.reuse_port
+    _listen.fast_lane = fast_lane
     master = _lean_master(opts)
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task] = []
