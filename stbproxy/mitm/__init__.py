@@ -49,6 +49,8 @@ log = logging.getLogger("stbproxy")
 
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"
 PREBUILT_ENTRIES = 4096  # response heads of recent hits, ready to send
+SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+PROXY_AUTHORIZATION = "proxy-authorization"
 
 
 # -- conversions ------------------------------------------------------------------------
@@ -229,15 +231,18 @@ class StbAddon:
     def client_disconnected(self, client) -> None:
         self._tunnel_sessions.pop(client.id, None)
 
-    def session_for(self, flow: http.HTTPFlow) -> str:
-        """The request's session; the naming headers are removed so they never travel on."""
+    def session_for(self, flow: http.HTTPFlow) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """The request's session, and its header fields without the naming ones, which are
+        removed from the flow so that they never travel on."""
         headers = header_items(flow)
         name = session_from_headers(headers)
-        if SESSION_HEADER in flow.request.headers:
+        names = {key.lower() for key, _ in headers}
+        if SESSION_HEADER_LOWER in names or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None):
             flow.request.headers.pop(SESSION_HEADER, None)
-        if proxy_user(headers) is not None:
-            flow.request.headers.pop("Proxy-Authorization", None)
-        return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
+            if proxy_user(headers) is not None:
+                flow.request.headers.pop("Proxy-Authorization", None)
+            headers = header_items(flow)
+        return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session, headers
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:
@@ -250,8 +255,8 @@ class StbAddon:
         if refusal is not None:  # a refused destination (403), a body nested too deep (422)
             flow.response = error_response(refusal.status, refusal.message)
             return
-        session = self.session_for(flow)
-        request = request_from_flow(flow)
+        session, headers = self.session_for(flow)
+        request = request_from_flow(flow, headers)
         try:
             if may_be_virtual_call(request) and await self.proxied_virtual(flow, request, session):
                 return
@@ -308,10 +313,13 @@ class StbAddon:
         if is_virtual:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
+            if named_session:
+                session, headers = named_session, header_items(flow)
+            else:
+                session, headers = self.session_for(flow)
             try:
-                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"",
-                                                                 named_session or self.session_for(flow),
-                                                                 headers=header_items(flow))
+                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"", session,
+                                                                 headers=headers)
             except Exception as exc:  # never a 500 for one bad call
                 request = request_from_flow(flow)
                 log.error("stbproxy /virtual failed: %s", failure_text(request, exc, self.settings.key_rules()))

@@ -29,6 +29,9 @@ from mitmproxy.proxy.layers.http import HTTPMode, HttpErrorHook, HttpRequestHead
     HttpResponseHook, validate_request
 from mitmproxy.proxy.layers.http._http1 import make_error_response
 from mitmproxy.net.http.url import parse_authority
+from mitmproxy.net.http.validate import parse_content_length
+
+from stbproxy.recent import Recent
 
 log = logging.getLogger("stbproxy")
 
@@ -37,6 +40,8 @@ MAX_HEAD = 64 << 10  # a head not complete within this many bytes is mitmproxy's
 READ_SIZE = 65536
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head, as mitmproxy's HTTP/1 reader finds it
 _METHOD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_AUTHORITIES: Recent[tuple] = Recent(256)
+_INVALID = ("", None)
 
 HandOver = Callable[["_Replayed", asyncio.StreamWriter], Awaitable[None]]
 
@@ -77,11 +82,13 @@ class FastLane:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         buffer = b""
         client = None
+        # mitmproxy copies an option's value on every read: read once per connection
+        enabled, validate_headers = self.enabled(), self.options.validate_inbound_headers
         try:
             while True:
                 head_end = _head_end(buffer)
                 while head_end is None:
-                    if len(buffer) > MAX_HEAD or (buffer and buffer[0] not in _METHOD_START) or not self.enabled():
+                    if len(buffer) > MAX_HEAD or (buffer and buffer[0] not in _METHOD_START) or not enabled:
                         return await self.hand_over(_Replayed(buffer, reader), writer)  # TLS, odd input, options
                     data = await reader.read(READ_SIZE)
                     if not data:
@@ -91,10 +98,10 @@ class FastLane:
                         return
                     buffer += data
                     head_end = _head_end(buffer)
-                request = _plain_request(buffer[:head_end], self.options.validate_inbound_headers)
-                size = _body_size(request) if request is not None else None
-                if size is None:
+                plain = _plain_request(buffer[:head_end], validate_headers)
+                if plain is None:
                     return await self.hand_over(_Replayed(buffer, reader), writer)
+                request, size, request_closes = plain
                 while len(buffer) < head_end + size:
                     data = await reader.read(READ_SIZE)
                     if not data:  # the client left mid-body
@@ -107,7 +114,7 @@ class FastLane:
                         timestamp_start=time.time(), proxy_mode=self.mode, state=connection.ConnectionState.OPEN)
                     server = connection.Server(address=None)
                 keep_open = await self.answer(request, body, client, server, writer)
-                if not keep_open:
+                if not keep_open or request_closes:
                     writer.close()
                     return
                 await writer.drain()
@@ -140,8 +147,9 @@ class FastLane:
         if await self._killed(flow):
             return False
         flow.live = False
-        writer.write(_response_bytes(request, flow.response))
-        return not _closes(request, flow.response)
+        names = {name.lower() for name, _ in flow.response.headers.fields}
+        writer.write(_response_bytes(flow.response, names))
+        return not _closes(request, flow.response, names)
 
     async def _killed(self, flow: http.HTTPFlow) -> bool:
         """An addon killed the flow: mitmproxy then fires the error hook and closes silently."""
@@ -157,8 +165,13 @@ def _head_end(buffer: bytes) -> int | None:
     return found.end() if found is not None else None
 
 
-def _plain_request(head: bytes, validate_headers: bool) -> http.Request | None:
-    """The request mitmproxy would read from ``head``, when it is of the plain kind."""
+def _plain_request(head: bytes, validate_headers: bool) -> tuple[http.Request, int, bool] | None:
+    """The request mitmproxy would read from ``head``, its body's length and whether it asks
+    to close the connection, when it is of the plain kind.
+
+    mitmproxy's header lookups walk every field each time, so the checks below look at the
+    lower-cased field names once, and ask mitmproxy's own functions where the answer is not
+    plain (several Content-Length or Host fields, a Connection field)."""
     lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
     if not lines or not lines[0]:
         return None  # a leading blank line: mitmproxy skips it in its own way
@@ -166,48 +179,76 @@ def _plain_request(head: bytes, validate_headers: bool) -> http.Request | None:
         request = http1.read_request_head(lines)
     except ValueError:
         return None  # mitmproxy answers 400 and says why
+    fields = request.headers.fields
+    names = [name.lower() for name, _ in fields]
     if (request.http_version != "HTTP/1.1" or request.method in ("CONNECT", "HEAD") or request.path == "*"
-            or request.scheme not in ("", "http") or "expect" in request.headers or "upgrade" in request.headers):
+            or request.scheme not in ("", "http") or b"expect" in names or b"upgrade" in names
+            or b"transfer-encoding" in names):
         return None
     if validate_request(HTTPMode.regular, request, validate_headers) is not None:
         return None
-    if not request.host:  # origin-form: the Host header names the destination
+    lengths = [value for name, value in zip(names, fields) if name == b"content-length"]
+    if not lengths:
+        size = 0  # a request without Content-Length or Transfer-Encoding has no body
+    elif len(lengths) == 1:
         try:
-            host, port = parse_authority(request.host_header or "", check=True)
+            size = parse_content_length(lengths[0][1])
         except ValueError:
             return None
+        if size > MAX_BODY:
+            return None
+    else:
+        return None
+    if not request.host:  # origin-form: the Host header names the destination
+        hosts = [value for name, value in zip(names, fields) if name == b"host"]
+        if len(hosts) != 1:
+            return None
+        authority = _authority(hosts[0][1])
+        if authority is None:
+            return None
+        host, port = authority
         request.data.host = host
         request.data.port = port or 80
         request.scheme = "http"
     request.authority = ""  # origin-form towards servers, as mitmproxy sends HTTP/1 requests on
-    return request
+    closes = False
+    if b"connection" in names:
+        values = [field[1] for name, field in zip(names, fields) if name == b"connection"]
+        closes = values != [b"keep-alive"] and http1.connection_close(request.http_version, request.headers)
+    return request, size, closes
 
 
-def _body_size(request: http.Request) -> int | None:
-    """The body's length when it is one the lane reads (Content-Length, at most MAX_BODY)."""
-    try:
-        size = http1.expected_http_body_size(request)
-    except ValueError:
-        return None
-    return size if size is not None and 0 <= size <= MAX_BODY else None
+def _authority(value: bytes) -> tuple[str, int | None] | None:
+    """A Host header's host and port as mitmproxy reads them (remembered: they repeat)."""
+    known = _AUTHORITIES.get(value)
+    if known is None:
+        try:
+            known = parse_authority(value.decode("utf-8", "surrogateescape"), check=True)
+        except ValueError:
+            known = _INVALID
+        _AUTHORITIES.put(value, known)
+    return None if known is _INVALID else known
 
 
-def _response_bytes(request: http.Request, response: http.Response) -> bytes:
-    """The response as mitmproxy's HTTP/1 server writes it."""
+def _response_bytes(response: http.Response, names: set[bytes]) -> bytes:
+    """The response as mitmproxy's HTTP/1 server writes it (``names``: its lower-cased field names)."""
     head = http1.assemble_response_head(response)
     content = response.raw_content or b""
-    if "chunked" not in response.headers.get("transfer-encoding", "").lower():
+    if b"transfer-encoding" not in names or "chunked" not in response.headers.get("transfer-encoding", "").lower():
         return head + content
     return head + (b"%x\r\n%s\r\n" % (len(content), content) if content else b"") + b"0\r\n\r\n"
 
 
-def _closes(request: http.Request, response: http.Response) -> bool:
-    """Whether mitmproxy would close the connection after this exchange."""
+def _closes(request: http.Request, response: http.Response, names: set[bytes]) -> bool:
+    """Whether mitmproxy would close the connection after this response to a request that
+    does not ask for that itself."""
     if response.status_code == 101:
         return True  # mitmproxy would turn the connection into a pipe; there is nothing to pipe to
+    if (response.http_version == "HTTP/1.1" and b"content-length" in names and b"connection" not in names
+            and b"transfer-encoding" not in names):
+        return False  # a known length (or none expected), nothing asking to close: mitmproxy's answer
     try:
         until_eof = http1.expected_http_body_size(request, response) == -1
     except ValueError:
         until_eof = False
-    return (until_eof or http1.connection_close(request.http_version, request.headers)
-            or http1.connection_close(response.http_version, response.headers))
+    return until_eof or http1.connection_close(response.http_version, response.headers)
