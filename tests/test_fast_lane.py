@@ -96,6 +96,22 @@ def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 20))
 
 
+def handed_over(raw: bytes, addons: Addons, *, then_eof: bool = False, **option_updates) -> list[bytes]:
+    """Send ``raw`` (then end the stream, if asked) and return what the lane handed to mitmproxy."""
+    async def scenario():
+        async with Lane(addons, **option_updates) as lane:
+            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
+            writer.write(raw)
+            await writer.drain()
+            if then_eof:
+                writer.write_eof()
+            await asyncio.wait_for(lane.handed_over.wait(), 10)
+            writer.close()
+        return lane.handed
+
+    return run(scenario())
+
+
 GET = b"GET http://api.example.com/v1/items?q=1 HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
 POST_VIRTUAL = (b"POST /virtual HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 11\r\n\r\n{\"a\": \"b\"}\n")
@@ -172,17 +188,7 @@ HANDED_OVER = {
 def test_anything_but_the_plain_kind_is_handed_to_mitmproxy_byte_for_byte(name):
     raw = HANDED_OVER[name] + b"END"
     addons = Addons()
-
-    async def scenario():
-        async with Lane(addons) as lane:
-            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
-            writer.write(raw)
-            await asyncio.wait_for(lane.handed_over.wait(), 5)
-            writer.close()
-        return lane
-
-    lane = run(scenario())
-    assert lane.handed == [raw] and addons.fired == []
+    assert handed_over(raw, addons) == [raw] and addons.fired == []
 
 
 def test_after_plain_requests_the_rest_of_the_connection_goes_to_mitmproxy():
@@ -208,48 +214,19 @@ def test_a_body_over_the_limit_is_handed_over_whole():
     raw = (b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: %d\r\n\r\n" % len(body)
            + body + b"\r\n\r\nEND")
     addons = Addons()
-
-    async def scenario():
-        async with Lane(addons) as lane:
-            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
-            writer.write(raw)
-            await asyncio.wait_for(lane.handed_over.wait(), 10)
-            writer.close()
-        return lane
-
-    assert run(scenario()).handed == [raw] and addons.fired == []
+    assert handed_over(raw, addons) == [raw] and addons.fired == []
 
 
 def test_a_client_that_leaves_mid_body_is_handed_over_with_what_it_sent():
     partial = b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 100\r\n\r\nabc"
     addons = Addons()
-
-    async def scenario():
-        async with Lane(addons) as lane:
-            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
-            writer.write(partial)
-            await writer.drain()
-            writer.write_eof()
-            await asyncio.wait_for(lane.handed_over.wait(), 5)
-            writer.close()
-        return lane
-
-    assert run(scenario()).handed == [partial] and addons.fired == []
+    assert handed_over(partial, addons, then_eof=True) == [partial] and addons.fired == []
 
 
 def test_options_that_change_how_mitmproxy_reads_bodies_turn_the_lane_off():
     addons = Addons()
     raw = GET + b"END"
-
-    async def scenario():
-        async with Lane(addons, stream_large_bodies="1m") as lane:
-            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
-            writer.write(raw)
-            await asyncio.wait_for(lane.handed_over.wait(), 5)
-            writer.close()
-        return lane
-
-    assert run(scenario()).handed == [raw] and addons.fired == []
+    assert handed_over(raw, addons, stream_large_bodies="1m") == [raw] and addons.fired == []
 
 
 def test_a_killed_flow_fires_the_error_hook_and_closes_without_an_answer():

@@ -1,9 +1,9 @@
-"""The mitmproxy front end (the only importer of mitmproxy).
+"""The mitmproxy front end (this package is the only importer of mitmproxy).
 
 ``StbAddon`` turns a flow's request into a models.Request, asks the engine, and puts the
 answer on the flow; it is what ``mitmdump -s addons/stbproxy_addon.py`` loads. ``serve``
-runs the same addon in a lean embedded master with only the addons a proxy needs, which
-is what ``stbproxy serve`` uses.
+runs the same addon in a lean embedded master with only the addons a proxy needs, whose
+connections start in the fast lane (fast_lane.py), which is what ``stbproxy serve`` uses.
 """
 
 from __future__ import annotations
@@ -702,7 +702,8 @@ async def serve(
     The CA, the options, the store, catalog and cassette are opened and checked before
     anything listens, and ``on_ready`` is called only once the socket is up (and a shared
     tier has had its first try at connecting): a failure at any step raises StbError
-    (ConfigError) and nothing ready is ever reported.
+    (ConfigError) and nothing ready is ever reported. ``fast_lane=False`` leaves every
+    request to mitmproxy's own protocol layers (``serve --no-fast-lane``).
     """
     private_umask()  # the store, the CA and reports: owner-only, whatever the umask
     ensure_ca(confdir)

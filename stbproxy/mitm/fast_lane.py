@@ -181,18 +181,18 @@ def _plain_request(head: bytes, validate_headers: bool) -> tuple[http.Request, i
         return None  # mitmproxy answers 400 and says why
     fields = request.headers.fields
     names = [name.lower() for name, _ in fields]
-    if (request.http_version != "HTTP/1.1" or request.method in ("CONNECT", "HEAD") or request.path == "*"
+    if (request.http_version != "HTTP/1.1" or request.method.upper() in ("CONNECT", "HEAD") or request.path == "*"
             or request.scheme not in ("", "http") or b"expect" in names or b"upgrade" in names
             or b"transfer-encoding" in names):
         return None
     if validate_request(HTTPMode.regular, request, validate_headers) is not None:
         return None
-    lengths = [value for name, value in zip(names, fields) if name == b"content-length"]
+    lengths = [value for name, (_, value) in zip(names, fields) if name == b"content-length"]
     if not lengths:
         size = 0  # a request without Content-Length or Transfer-Encoding has no body
     elif len(lengths) == 1:
         try:
-            size = parse_content_length(lengths[0][1])
+            size = parse_content_length(lengths[0])
         except ValueError:
             return None
         if size > MAX_BODY:
@@ -200,10 +200,10 @@ def _plain_request(head: bytes, validate_headers: bool) -> tuple[http.Request, i
     else:
         return None
     if not request.host:  # origin-form: the Host header names the destination
-        hosts = [value for name, value in zip(names, fields) if name == b"host"]
+        hosts = [value for name, (_, value) in zip(names, fields) if name == b"host"]
         if len(hosts) != 1:
             return None
-        authority = _authority(hosts[0][1])
+        authority = _authority(hosts[0])
         if authority is None:
             return None
         host, port = authority
@@ -213,7 +213,7 @@ def _plain_request(head: bytes, validate_headers: bool) -> tuple[http.Request, i
     request.authority = ""  # origin-form towards servers, as mitmproxy sends HTTP/1 requests on
     closes = False
     if b"connection" in names:
-        values = [field[1] for name, field in zip(names, fields) if name == b"connection"]
+        values = [value for name, (_, value) in zip(names, fields) if name == b"connection"]
         closes = values != [b"keep-alive"] and http1.connection_close(request.http_version, request.headers)
     return request, size, closes
 
