@@ -194,3 +194,32 @@ def test_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path):
     for output in outputs:
         assert "Traceback" not in output and "failed in the fast lane" not in output
         assert not any(secret in output for secret in ("tb-secret-1", "rk-secret-2", "rk-secret-3"))
+
+
+AUTH_CONVERSATION = [
+    virtual("/virtual", CALL),  # no credentials: 407
+    virtual("/virtual", CALL, "Proxy-Authorization: Basic dXNlcjpwYXNz\r\n"),
+    "GET http://{up}/echo/auth HTTP/1.1\r\nHost: {up}\r\nProxy-Authorization: Basic dXNlcjpwYXNz\r\n\r\n",
+    "GET http://{up}/echo/auth HTTP/1.1\r\nHost: {up}\r\nProxy-Authorization: Basic dXNlcjpwYXNz\r\n\r\n",
+    "GET http://{up}/echo/auth HTTP/1.1\r\nHost: {up}\r\nProxy-Authorization: Basic dXNlcjp3cm9uZw==\r\n\r\n",
+    "GET http://{up}/echo/auth HTTP/1.1\r\nHost: {up}\r\n\r\n",
+]
+
+
+@pytest.mark.timeout(120)
+def test_with_proxy_auth_the_answers_are_the_same_too(tmp_path):
+    args = ("--simulator", "schema", "--proxy-auth", "user:pass", "--allow-host", "127.0.0.1")
+    with ProxyProcess(tmp_path / "a" / "store", *args) as lane, \
+            ProxyProcess(tmp_path / "b" / "store", *args, "--no-fast-lane") as layers:
+        answers = []
+        port = 0
+        for proxy in (lane, layers):
+            with Upstream(port=port) as upstream:
+                port = upstream.port
+                requests = [r.replace("{own}", f"127.0.0.1:{proxy.port}").replace("{up}", f"127.0.0.1:{port}")
+                            .encode() for r in AUTH_CONVERSATION]
+                answers.append(normalized(converse(proxy.port, requests), proxy, upstream))
+    with_lane, without = answers
+    assert with_lane == without, f"{with_lane.decode('latin-1')}\n--- without the lane ---\n{without.decode('latin-1')}"
+    statuses = re.findall(rb"^HTTP/1.1 (\d+)", with_lane, re.M)
+    assert statuses == [b"407", b"200", b"200", b"200", b"407", b"407"], statuses
