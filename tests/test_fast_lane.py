@@ -14,6 +14,7 @@ import contextlib
 import pytest
 from mitmproxy import http
 from mitmproxy.addons.proxyserver import Proxyserver
+from mitmproxy.net.http import http1
 from mitmproxy.proxy import mode_specs
 from mitmproxy.test import taddons
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook
@@ -152,6 +153,20 @@ def test_connection_close_is_honoured(raw):
     assert received.startswith(b"HTTP/1.1 200 OK\r\n") and closed
 
 
+@pytest.mark.parametrize("connection", [b"keep-alive", b"Keep-Alive", b"keep-alive, close", b"close", b"Close"])
+def test_the_connection_header_decides_as_mitmproxy_does(connection):
+    # mitmproxy compares the tokens as written: "Close" keeps the connection open there too
+    closes = http1.connection_close("HTTP/1.1", http.Headers(connection=connection.decode()))
+    raw = b"GET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nConnection: %s\r\n\r\n" % connection
+
+    async def scenario():
+        async with Lane(Addons()) as lane:
+            return await lane.exchange(raw)
+
+    received, closed = run(scenario())
+    assert received.endswith(ANSWER) and closed is closes
+
+
 def test_a_response_that_asks_to_close_closes_the_connection():
     addons = Addons(lambda flow: http.Response.make(200, b"x", {"Connection": "close"}))
 
@@ -167,6 +182,7 @@ def test_a_response_that_asks_to_close_closes_the_connection():
 HANDED_OVER = {
     "connect": b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n",
     "head": b"HEAD http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+    "head-odd-case": b"Head http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "http/1.0": b"GET http://api.example.com/ HTTP/1.0\r\nHost: api.example.com\r\n\r\n",
     "chunked": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
     "expect": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
