@@ -1,0 +1,169 @@
+"""Plain HTTP/1.1 requests as mitmproxy's HTTP/1 layer reads them, and responses as it
+writes them: what the fast lane (fast_lane.py, tunnel_lane.py) needs to answer a request
+without that layer and byte for byte as it would.
+
+A plain request: HTTP/1.1, no CONNECT or HEAD, no Expect or Upgrade, no body or a
+Content-Length one of at most MAX_BODY bytes, a head mitmproxy itself accepts; on a proxy
+connection origin-form or ``http://`` absolute-form, inside a TLS tunnel origin-form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from mitmproxy import http
+from mitmproxy.net.http import http1
+from mitmproxy.net.http.url import parse_authority
+from mitmproxy.net.http.validate import parse_content_length
+from mitmproxy.proxy.layers.http import HTTPMode, validate_request
+
+from stbproxy.recent import Recent
+
+MAX_BODY = 1 << 20  # larger bodies take mitmproxy's path (which may stream them)
+MAX_HEAD = 64 << 10  # a head not complete within this many bytes is mitmproxy's to judge
+METHOD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head, as mitmproxy's HTTP/1 reader finds it
+_AUTHORITIES: Recent[tuple] = Recent(256)
+_INVALID = ("", None)
+
+
+class Replayed:
+    """A client's reader with bytes already read put back in front: what mitmproxy reads
+    first when a connection is handed over."""
+
+    def __init__(self, prefix: bytes, reader: asyncio.StreamReader) -> None:
+        self._prefix = prefix
+        self._reader = reader
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            if n < 0:
+                n = len(self._prefix)
+            data, self._prefix = self._prefix[:n], self._prefix[n:]
+            return data
+        return await self._reader.read(n)
+
+    def __getattr__(self, name: str):
+        return getattr(self._reader, name)
+
+
+def head_end(buffer: bytes) -> int | None:
+    """Where the first request head in ``buffer`` ends (after its blank line), if it does."""
+    found = _BLANK_LINE.search(buffer)
+    return found.end() if found is not None else None
+
+
+def plain_request(head: bytes, validate_headers: bool,
+                  destination: tuple[str, int] | None = None) -> tuple[http.Request, int, bool] | None:
+    """The request mitmproxy would read from ``head``, its body's length and whether it asks
+    to close the connection, when it is of the plain kind. ``destination``: the address of
+    the TLS tunnel the request came through (mitmproxy's transparent mode inside tunnels).
+
+    mitmproxy's header lookups walk every field each time, so the checks below look at the
+    lower-cased field names once, and ask mitmproxy's own functions where the answer is not
+    plain (several Content-Length or Host fields, a Connection field)."""
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
+    if not lines or not lines[0]:
+        return None  # a leading blank line: mitmproxy skips it in its own way
+    try:
+        request = http1.read_request_head(lines)
+    except ValueError:
+        return None  # mitmproxy answers 400 and says why
+    fields = request.headers.fields
+    names = [name.lower() for name, _ in fields]
+    if (request.http_version != "HTTP/1.1" or request.method.upper() in ("CONNECT", "HEAD") or request.path == "*"
+            or request.scheme not in ("", "http") or b"expect" in names or b"upgrade" in names
+            or b"transfer-encoding" in names):
+        return None
+    mode = HTTPMode.regular if destination is None else HTTPMode.transparent
+    if validate_request(mode, request, validate_headers) is not None:
+        return None
+    lengths = [value for name, (_, value) in zip(names, fields) if name == b"content-length"]
+    if not lengths:
+        size = 0  # a request without Content-Length or Transfer-Encoding has no body
+    elif len(lengths) == 1:
+        try:
+            size = parse_content_length(lengths[0])
+        except ValueError:
+            return None
+        if size > MAX_BODY:
+            return None
+    else:
+        return None
+    if destination is not None:  # in a tunnel: its address names the destination
+        if request.host:
+            return None  # absolute-form in a tunnel: rare, and mitmproxy's to read
+        request.data.host, request.data.port = destination
+        request.scheme = "https"
+    elif not request.host:  # origin-form: the Host header names the destination
+        hosts = [value for name, (_, value) in zip(names, fields) if name == b"host"]
+        if len(hosts) != 1:
+            return None
+        authority = _authority(hosts[0])
+        if authority is None:
+            return None
+        host, port = authority
+        request.data.host = host
+        request.data.port = port or 80
+        request.scheme = "http"
+    request.authority = ""  # origin-form towards servers, as mitmproxy sends HTTP/1 requests on
+    closes = False
+    if b"connection" in names:
+        values = [value for name, (_, value) in zip(names, fields) if name == b"connection"]
+        closes = values != [b"keep-alive"] and http1.connection_close(request.http_version, request.headers)
+    return request, size, closes
+
+
+def connect_request(head: bytes, validate_headers: bool) -> http.Request | None:
+    """The CONNECT request mitmproxy would read from ``head``, when it is of the plain kind:
+    HTTP/1.1, authority-form, no body, Expect or Upgrade, a head mitmproxy accepts."""
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
+    if not lines or not lines[0].startswith(b"CONNECT "):
+        return None
+    try:
+        request = http1.read_request_head(lines)
+    except ValueError:
+        return None
+    names = {name.lower() for name, _ in request.headers.fields}
+    if (request.http_version != "HTTP/1.1" or not request.host or not request.port
+            or names & {b"content-length", b"transfer-encoding", b"expect", b"upgrade"}
+            or validate_request(HTTPMode.regular, request, validate_headers) is not None):
+        return None
+    return request
+
+
+def _authority(value: bytes) -> tuple[str, int | None] | None:
+    """A Host header's host and port as mitmproxy reads them (remembered: they repeat)."""
+    known = _AUTHORITIES.get(value)
+    if known is None:
+        try:
+            known = parse_authority(value.decode("utf-8", "surrogateescape"), check=True)
+        except ValueError:
+            known = _INVALID
+        _AUTHORITIES.put(value, known)
+    return None if known is _INVALID else known
+
+
+def response_bytes(response: http.Response, names: set[bytes]) -> bytes:
+    """The response as mitmproxy's HTTP/1 server writes it (``names``: its lower-cased field names)."""
+    head = http1.assemble_response_head(response)
+    content = response.raw_content or b""
+    if b"transfer-encoding" not in names or "chunked" not in response.headers.get("transfer-encoding", "").lower():
+        return head + content
+    return head + (b"%x\r\n%s\r\n" % (len(content), content) if content else b"") + b"0\r\n\r\n"
+
+
+def closes(request: http.Request, response: http.Response, names: set[bytes]) -> bool:
+    """Whether mitmproxy would close the connection after this response to a request that
+    does not ask for that itself."""
+    if response.status_code == 101:
+        return True  # mitmproxy would turn the connection into a pipe; there is nothing to pipe to
+    if (response.http_version == "HTTP/1.1" and b"content-length" in names and b"connection" not in names
+            and b"transfer-encoding" not in names):
+        return False  # a known length (or none expected), nothing asking to close: mitmproxy's answer
+    try:
+        until_eof = http1.expected_http_body_size(request, response) == -1
+    except ValueError:
+        until_eof = False
+    return until_eof or http1.connection_close(response.http_version, response.headers)

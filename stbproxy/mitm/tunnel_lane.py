@@ -1,0 +1,339 @@
+"""HTTPS in the fast lane: the CONNECT tunnels of FastLane.
+
+A tunnel carries TLS, and TLS is where mitmproxy keeps its policy: which certificate for
+which name, which ALPN protocol, which TLS versions and ciphers, and the handshake-failure
+messages that tell a user that a client does not trust the proxy's CA. So the lane does not
+terminate TLS itself. It builds the layers mitmproxy stacks after a CONNECT (a NextLayer,
+which the next_layer addon turns into server-side and client-side TLS layers) and runs them
+the way mitmproxy's connection handler does: events in, commands out, hooks through the
+master's addon manager. Only where mitmproxy would put its HTTP layer for an HTTP/1 client
+does the lane stand in (``_Stand_in``): from then on it decrypts with the TLS layer's own
+OpenSSL connection and answers plain requests as it answers them on plain connections. The
+first request of any other kind goes to the HTTP layer mitmproxy chose, which serves the
+rest of the connection through the same TLS layers.
+
+What the lane does not do: open server connections (stbproxy's addon answers every request,
+so mitmproxy would not either; a layer that asks for one gets an error), and carry non-TLS
+bytes through a tunnel; those tunnels are handed to mitmproxy, which then answers the
+CONNECT a second time (that answer is not sent twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+from OpenSSL import SSL
+
+from mitmproxy import flow as mitm_flow, http
+from mitmproxy.net.tls import starts_like_tls_record
+from mitmproxy.proxy import commands, events, layer, server_hooks
+from mitmproxy.proxy.context import Context
+from mitmproxy.proxy.layers import modes
+from mitmproxy.proxy.layers.http import HTTPMode, HttpConnectedHook, HttpConnectErrorHook, HttpConnectHook, \
+    HttpLayer, HttpStream
+from mitmproxy.proxy.layers.tls import ClientTLSLayer
+
+from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, \
+    response_bytes
+
+log = logging.getLogger("stbproxy")
+connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy's connection handler logs
+
+NO_SERVER_CONNECTIONS = "stbproxy's fast lane opens no server connections (serve --no-fast-lane does)"
+
+
+class _Stand_in(layer.Layer):
+    """Where mitmproxy's HTTP layer for an HTTP/1 client would be: keeps the decrypted bytes
+    for the lane until the lane hands the connection to that layer (``delegated``)."""
+
+    def __init__(self, http_layer: HttpLayer) -> None:
+        # Like mitmproxy's NextLayer, a stand-in is not one of the context's layers.
+        self.context = http_layer.context
+        self._paused = None
+        self._paused_event_queue = collections.deque()
+        self.http_layer = http_layer
+        self.buffer = bytearray()
+        self.delegated = False
+
+    def handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        if self.delegated:
+            yield from self.http_layer.handle_event(event)
+        elif isinstance(event, events.DataReceived):
+            self.buffer += event.data
+
+    _handle_event = handle_event
+
+
+class _WithoutReply:
+    """The client's writer for mitmproxy taking over a tunnel whose CONNECT the lane has
+    answered: mitmproxy reads that CONNECT again and answers it again, and that answer is
+    not sent a second time."""
+
+    def __init__(self, writer: asyncio.StreamWriter, reply: bytes) -> None:
+        self._writer = writer
+        self._expected = reply
+
+    def write(self, data: bytes) -> None:
+        if self._expected:
+            n = min(len(data), len(self._expected))
+            if data[:n] != self._expected[:n]:  # hooks decided otherwise the second time: nothing sane to send
+                log.error("stbproxy: mitmproxy answered a CONNECT differently the second time; connection closed")
+                self._expected = b""
+                self._writer.close()
+                return
+            self._expected, data = self._expected[n:], data[n:]
+            if not data:
+                return
+        self._writer.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self._writer, name)
+
+
+class _Encrypting:
+    """What the lane's answer writes goes through the client's TLS connection."""
+
+    def __init__(self, tunnel: "Tunnel") -> None:
+        self._tunnel = tunnel
+
+    def write(self, data: bytes) -> None:
+        self._tunnel.send(data)
+
+
+class Tunnel:
+    """One client connection from its CONNECT on (``run``)."""
+
+    def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.lane = lane  # the FastLane: hooks, options, answering plain requests, handing over
+        self.client = client
+        self.reader = reader
+        self.writer = writer
+        self.top: layer.Layer | None = None
+        self.stand_in: _Stand_in | None = None
+        self.tls: SSL.Connection | None = None  # the client TLS layer's connection, once the lane stands in
+        self._client_tls: ClientTLSLayer | None = None
+        self.closed = False
+        self._lock = asyncio.Lock()
+        self._wakeups: set[asyncio.Task] = set()
+
+    async def run(self, request: http.Request, head: bytes, rest: bytes) -> bool | None:
+        """Answer the CONNECT ``request`` (its bytes: ``head``; read after it: ``rest``).
+        None: the tunnel has been served to its end. Otherwise the CONNECT was refused and
+        the connection goes on with its next request, or is closed when this is True."""
+        # The layers mitmproxy has stacked when it reads a CONNECT: TLS settings and
+        # next-layer decisions look at them.
+        context = Context(self.client, self.lane.options)
+        modes.HttpProxy(context)
+        HttpLayer(context, HTTPMode.regular)
+        context = context.fork()
+        HttpStream(context, 1)
+        flow = http.HTTPFlow(self.client, context.server, live=True)
+        flow.request = request
+        await self.lane.addons.handle_lifecycle(HttpConnectHook(flow))
+        if flow.error is not None and flow.error.msg == mitm_flow.Error.KILLED_MESSAGE:
+            return True  # mitmproxy closes without a word (and no error hook, for a CONNECT)
+        context.server.address = (request.host, request.port)
+        if flow.response is None:  # as mitmproxy makes it: no header fields at all
+            now = time.time()
+            flow.response = http.Response(request.data.http_version, 200, b"Connection established", http.Headers(),
+                                          b"", None, now, now)
+        response = flow.response
+        names = {name.lower() for name, _ in response.headers.fields}
+        reply = response_bytes(response, names)
+        if not 200 <= response.status_code < 300:
+            await self.lane.addons.handle_lifecycle(HttpConnectErrorHook(flow))
+            flow.live = False
+            self.writer.write(reply)
+            return closes(request, response, names)
+        await self.lane.addons.handle_lifecycle(HttpConnectedHook(flow))
+        self.writer.write(reply)
+        try:
+            await self._tunnel(context, rest, head, reply)
+        finally:
+            for task in self._wakeups:
+                task.cancel()
+            # per-connection state addons keep from a CONNECT (stbproxy's session name) goes
+            await self.lane.addons.handle_lifecycle(server_hooks.ClientDisconnectedHook(self.client))
+        return None
+
+    async def _tunnel(self, context: Context, data: bytes, head: bytes, reply: bytes) -> None:
+        while len(data) < 3:  # enough to tell TLS from anything else
+            more = await self.reader.read(65536)
+            if not more:
+                break
+            data += more
+        if data and not starts_like_tls_record(data):
+            self.closed = True  # plain HTTP or raw TCP in the tunnel: mitmproxy's to carry
+            return await self.lane.hand_over(Replayed(head + data, self.reader), _WithoutReply(self.writer, reply))
+        self.top = layer.NextLayer(context)
+        await self.feed(events.Start())
+        while not self.closed:
+            if not data:
+                pass
+            elif self.stand_in is not None and not self.stand_in.delegated:
+                self.decrypt(data)
+            else:
+                await self.feed(events.DataReceived(self.client, data))
+            if self.stand_in is not None and not self.stand_in.delegated and not self.closed:
+                await self.answer_plain()
+            if self.closed:
+                break
+            data = await self.reader.read(65536)
+            if not data:
+                await self.client_left()
+                break
+        self.writer.close()
+
+    # -- the lane's own requests ----------------------------------------------------------
+
+    def decrypt(self, data: bytes) -> None:
+        """As the TLS layer receives data (which the lane reads itself while it stands in)."""
+        self.tls.bio_write(data)
+        self._flush_tls()
+        while True:
+            try:
+                self.stand_in.buffer += self.tls.recv(65535)
+            except SSL.WantReadError:
+                return
+            except SSL.ZeroReturnError:  # close_notify: nothing more will come
+                return
+            except SSL.Error as exc:
+                connection_log.warning(f"TLS Error: {exc}", extra={"client": self.client.peername})
+                return
+
+    def send(self, data: bytes) -> None:
+        """As the TLS layer sends data."""
+        try:
+            self.tls.sendall(data)
+        except (SSL.ZeroReturnError, SSL.SysCallError):
+            pass  # the client is going; what it still sends is dropped, as mitmproxy does
+        self._flush_tls()
+
+    def _flush_tls(self) -> None:
+        while True:
+            try:
+                out = self.tls.bio_read(65535)
+            except SSL.WantReadError:
+                return
+            if not self.writer.is_closing():
+                self.writer.write(out)
+
+    async def answer_plain(self) -> None:
+        """Answer the complete plain requests received; the first of another kind delegates."""
+        lane = self.lane
+        buffer = self.stand_in.buffer
+        server = self.top.context.server
+        while buffer:
+            end = head_end(buffer)
+            if end is None:
+                if len(buffer) > MAX_HEAD or buffer[0] not in METHOD_START:
+                    await self.delegate()
+                return
+            plain = plain_request(bytes(buffer[:end]), lane.validate_headers, server.address)
+            if plain is None:
+                return await self.delegate()
+            request, size, request_closes = plain
+            if len(buffer) < end + size:
+                return
+            body = bytes(buffer[end:end + size])
+            del buffer[:end + size]
+            keep_open = await lane.answer(request, body, self.client, server, _Encrypting(self))
+            if not keep_open or request_closes:
+                self.closed = True
+                return
+            await self.writer.drain()
+
+    async def delegate(self) -> None:
+        """From now on mitmproxy's HTTP layer serves this connection, first the bytes held."""
+        data = bytes(self.stand_in.buffer)
+        self.stand_in.buffer.clear()
+        self.stand_in.delegated = True
+        # the events go in below the client TLS layer, whose commands encrypt what goes out
+        client_tls = self._client_tls
+        await self.run_commands(client_tls.event_to_child(events.Start()))
+        if data:
+            await self.run_commands(client_tls.event_to_child(events.DataReceived(self.client, data)))
+
+    async def client_left(self) -> None:
+        if self.stand_in is not None and not self.stand_in.delegated:
+            if not self.stand_in.buffer.strip():
+                return  # between requests: nothing to say
+            await self.delegate()  # a request cut short: mitmproxy's HTTP layer says so in the log
+        await self.feed(events.ConnectionClosed(self.client))
+
+    # -- mitmproxy's layers, run as its connection handler runs them -------------------------
+
+    async def feed(self, event: events.Event) -> None:
+        await self.run_commands(self.top.handle_event(event))
+
+    async def run_commands(self, produced) -> None:
+        async with self._lock:  # one event at a time, as mitmproxy's handler does
+            batches = collections.deque([produced])
+            while batches:
+                hooks = []
+                for command in batches.popleft():
+                    if isinstance(command, commands.StartHook):
+                        hooks.append(command)  # mitmproxy starts hooks as tasks: they run after this batch
+                    else:
+                        reply = self._execute(command)
+                        if reply is not None:
+                            batches.append(self.top.handle_event(reply))
+                for hook in hooks:
+                    await self._hook(hook)
+                    if hook.blocking:
+                        batches.append(self.top.handle_event(events.HookCompleted(hook)))
+
+    def _execute(self, command: commands.Command) -> events.Event | None:
+        """Carry out a command; an event to send back, if it needs one."""
+        if isinstance(command, commands.SendData):
+            if command.connection == self.client and not self.writer.is_closing():
+                self.writer.write(command.data)
+        elif isinstance(command, commands.CloseTcpConnection) and command.half_close:
+            if command.connection == self.client and not self.writer.is_closing() and self.writer.can_write_eof():
+                self.writer.write_eof()
+        elif isinstance(command, commands.CloseConnection):
+            if command.connection == self.client:
+                self.closed = True
+                self.writer.close()
+        elif isinstance(command, commands.Log):
+            connection_log.log(command.level, command.message, extra={"client": self.client.peername})
+        elif isinstance(command, commands.OpenConnection):
+            return events.OpenConnectionCompleted(command, NO_SERVER_CONNECTIONS)
+        elif isinstance(command, commands.RequestWakeup):
+            task = asyncio.get_running_loop().create_task(self._wake(command))
+            self._wakeups.add(task)
+            task.add_done_callback(self._wakeups.discard)
+        elif isinstance(command, commands.GetSocket):
+            return events.GetSocketCompleted(command, None)
+        else:
+            raise RuntimeError(f"unexpected command from mitmproxy's layers: {command}")
+        return None
+
+    async def _wake(self, command: commands.RequestWakeup) -> None:
+        await asyncio.sleep(command.delay)
+        if not self.closed:
+            await self.feed(events.Wakeup(command))
+
+    async def _hook(self, hook: commands.StartHook) -> None:
+        await self.lane.addons.handle_lifecycle(hook)
+        data, = hook.args()
+        if isinstance(data, mitm_flow.Flow):
+            await data.wait_for_resume()
+        if isinstance(data, layer.NextLayer) and self.stand_in is None:
+            self._maybe_stand_in(data)
+
+    def _maybe_stand_in(self, next_layer: layer.NextLayer) -> None:
+        """Stand in for the HTTP layer chosen for an HTTP/1 client inside TLS."""
+        chosen = next_layer.layer
+        client = self.client
+        if (isinstance(chosen, HttpLayer) and chosen.mode is HTTPMode.transparent and client.tls_established
+                and client.alpn in (None, b"", b"http/1.1")):
+            client_tls = [item for item in next_layer.context.layers if isinstance(item, ClientTLSLayer)]
+            if len(client_tls) == 1 and client_tls[0].tls is not None:
+                self._client_tls = client_tls[0]
+                self.tls = client_tls[0].tls
+                self.stand_in = next_layer.layer = _Stand_in(chosen)
+
