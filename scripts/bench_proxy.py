@@ -199,7 +199,7 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         lane = matrix.paired_ratio(path, "stbproxy", MITMPROXY_PATH, top, "cpu_ms")
         print(f"{path}: CPU per hit with the fast lane / without (--no-fast-lane) at concurrency {top}: "
               f"{cpu_of(matrix, path, top):.3f} vs {matrix.get(path, MITMPROXY_PATH, top, 'cpu_ms'):.3f} ms: "
-              f"{lane:.2f} (median of the repeats' ratios; HTTPS always takes mitmproxy's path)")
+              f"{lane:.2f} (median of the repeats' ratios)")
         if args.before:
             before = matrix.get(path, BEFORE, top, "cpu_ms")
             ratio = matrix.paired_ratio(path, "stbproxy", BEFORE, top, "cpu_ms")

@@ -125,6 +125,17 @@ def special_cases(proxy: ProxyProcess, upstream: Upstream) -> dict[str, bytes]:
     sock, _ = connect(proxy.port, target)
     with client_context(proxy.ca_file, ("h2", "http/1.1")).wrap_socket(sock, server_hostname="localhost") as tls:
         found["alpn offered h2, http/1.1"] = (tls.selected_alpn_protocol() or "-").encode()
+    # a client that says goodbye in TLS (close_notify) after one request
+    sock, _ = connect(proxy.port, target)
+    tls = client_context(proxy.ca_file).wrap_socket(sock, server_hostname="localhost")
+    with tls:
+        tls.sendall(f"GET /echo/a?x=1 HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = read_answer(tls, b"", b"GET")[0]
+        try:
+            tls.unwrap()  # sends close_notify; the proxy closes the connection
+            found["close_notify"] = answer + b"\n----\n[shut down]"
+        except (ssl.SSLError, OSError) as exc:
+            found["close_notify"] = answer + f"\n----\n[{type(exc).__name__}]".encode()
     # a client that does not trust the proxy's CA
     sock, _ = connect(proxy.port, target)
     with sock:
@@ -181,6 +192,8 @@ def test_https_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path,
     tunnelled = with_lane["plain http in a tunnel"]  # the upstream speaks TLS only: a simulated answer
     assert tunnelled.count(b"Connection established") == 1 and b"X-Stb-Source: simulated" in tunnelled
     assert with_lane["alpn offered h2, http/1.1"] == b"h2"
+    goodbye = with_lane["close_notify"]  # answered, then closed (not left hanging until the timeout)
+    assert goodbye.startswith(b"HTTP/1.1 200") and goodbye.endswith((b"[shut down]", b"[SSLEOFError]"))
     assert with_lane["untrusted CA"] == b"certificate refused by the client"
     assert b"does not trust the proxy's certificate for localhost" in with_lane["untrusted CA, the proxy's log"]
     for output in outputs:

@@ -174,7 +174,11 @@ class Tunnel:
             if not data:
                 pass
             elif self.stand_in is not None and not self.stand_in.delegated:
-                self.decrypt(data)
+                if not self.decrypt(data):  # close_notify: what came before it is answered, then goodbye
+                    await self.answer_plain()
+                    if not self.closed:
+                        await self.client_left()
+                    break
             else:
                 await self.feed(events.DataReceived(self.client, data))
             if self.stand_in is not None and not self.stand_in.delegated and not self.closed:
@@ -189,20 +193,21 @@ class Tunnel:
 
     # -- the lane's own requests ----------------------------------------------------------
 
-    def decrypt(self, data: bytes) -> None:
-        """As the TLS layer receives data (which the lane reads itself while it stands in)."""
+    def decrypt(self, data: bytes) -> bool:
+        """As the TLS layer receives data (which the lane reads itself while it stands in);
+        False once the client has said it sends no more (close_notify)."""
         self.tls.bio_write(data)
         self._flush_tls()
         while True:
             try:
                 self.stand_in.buffer += self.tls.recv(65535)
             except SSL.WantReadError:
-                return
-            except SSL.ZeroReturnError:  # close_notify: nothing more will come
-                return
+                return True
+            except SSL.ZeroReturnError:
+                return False
             except SSL.Error as exc:
                 connection_log.warning(f"TLS Error: {exc}", extra={"client": self.client.peername})
-                return
+                return True
 
     def send(self, data: bytes) -> None:
         """As the TLS layer sends data."""
