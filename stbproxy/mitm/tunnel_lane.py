@@ -35,6 +35,7 @@ from mitmproxy.proxy.layers import modes
 from mitmproxy.proxy.layers.http import HTTPMode, HttpConnectedHook, HttpConnectErrorHook, HttpConnectHook, \
     HttpLayer, HttpStream
 from mitmproxy.proxy.layers.tls import ClientTLSLayer
+from mitmproxy.utils import human
 
 from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, \
     response_bytes
@@ -306,6 +307,8 @@ class Tunnel:
         elif isinstance(command, commands.Log):
             connection_log.log(command.level, command.message, extra={"client": self.client.peername})
         elif isinstance(command, commands.OpenConnection):
+            log.warning("stbproxy: a tunnel to %s asked for a server connection (not HTTP inside its TLS?); %s",
+                        human.format_address(command.connection.address), NO_SERVER_CONNECTIONS)
             return events.OpenConnectionCompleted(command, NO_SERVER_CONNECTIONS)
         elif isinstance(command, commands.RequestWakeup):
             task = asyncio.get_running_loop().create_task(self._wake(command))
