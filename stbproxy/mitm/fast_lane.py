@@ -9,10 +9,10 @@ mitmproxy builds it, and the response goes out as mitmproxy's HTTP/1 writer writ
 first request of any other kind, and everything after it on that connection, is handed to
 mitmproxy with the bytes already read put back in front.
 
-The plain kind: HTTP/1.1, origin-form or ``http://`` absolute-form, no CONNECT (so no
-HTTPS) or HEAD, no Expect or Upgrade, no body or a Content-Length one of at most
-MAX_BODY bytes, and a head mitmproxy itself accepts. Nothing is fired before the whole
-request has arrived, so a hand-over never repeats a hook.
+The plain kind is described in plain_http.py. A CONNECT starts a tunnel (tunnel_lane.py),
+whose HTTPS requests of the plain kind the lane answers too. Nothing is fired before the
+whole request has arrived, so a hand-over repeats no hook (but for a tunnel whose first
+bytes are not TLS: mitmproxy reads its CONNECT again).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class FastLane:
         client = None
         # mitmproxy copies an option's value on every read: read once per connection
         enabled, tunnels = self.enabled(), self.tunnels_enabled()
-        self.validate_headers = validate_headers = self.options.validate_inbound_headers
+        validate_headers = self.options.validate_inbound_headers
         try:
             while True:
                 end = head_end(buffer)
@@ -87,7 +87,8 @@ class FastLane:
                     connect = connect_request(buffer[:end], validate_headers)
                     if connect is None:
                         return await self.hand_over(Replayed(buffer, reader), writer)
-                    refused = await Tunnel(self, client, reader, writer).run(connect, buffer[:end], buffer[end:])
+                    tunnel = Tunnel(self, client, reader, writer, validate_headers)
+                    refused = await tunnel.run(connect, buffer[:end], buffer[end:])
                     if refused is None:
                         return  # the tunnel has been served to its end
                     if refused:

@@ -7,7 +7,7 @@ terminate TLS itself. It builds the layers mitmproxy stacks after a CONNECT (a N
 which the next_layer addon turns into server-side and client-side TLS layers) and runs them
 the way mitmproxy's connection handler does: events in, commands out, hooks through the
 master's addon manager. Only where mitmproxy would put its HTTP layer for an HTTP/1 client
-does the lane stand in (``_Stand_in``): from then on it decrypts with the TLS layer's own
+does the lane stand in (``_StandIn``): from then on it decrypts with the TLS layer's own
 OpenSSL connection and answers plain requests as it answers them on plain connections. The
 first request of any other kind goes to the HTTP layer mitmproxy chose, which serves the
 rest of the connection through the same TLS layers.
@@ -46,7 +46,7 @@ connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy'
 NO_SERVER_CONNECTIONS = "stbproxy's fast lane opens no server connections (serve --no-fast-lane does)"
 
 
-class _Stand_in(layer.Layer):
+class _StandIn(layer.Layer):
     """Where mitmproxy's HTTP layer for an HTTP/1 client would be: keeps the decrypted bytes
     for the lane until the lane hands the connection to that layer (``delegated``)."""
 
@@ -107,13 +107,15 @@ class _Encrypting:
 class Tunnel:
     """One client connection from its CONNECT on (``run``)."""
 
-    def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 validate_headers: bool) -> None:
         self.lane = lane  # the FastLane: hooks, options, answering plain requests, handing over
         self.client = client
+        self.validate_headers = validate_headers
         self.reader = reader
         self.writer = writer
         self.top: layer.Layer | None = None
-        self.stand_in: _Stand_in | None = None
+        self.stand_in: _StandIn | None = None
         self.tls: SSL.Connection | None = None  # the client TLS layer's connection, once the lane stands in
         self._client_tls: ClientTLSLayer | None = None
         self.closed = False
@@ -238,7 +240,7 @@ class Tunnel:
                 if len(buffer) > MAX_HEAD or buffer[0] not in METHOD_START:
                     await self.delegate()
                 return
-            plain = plain_request(bytes(buffer[:end]), lane.validate_headers, server.address)
+            plain = plain_request(bytes(buffer[:end]), self.validate_headers, server.address)
             if plain is None:
                 return await self.delegate()
             request, size, request_closes = plain
@@ -343,5 +345,5 @@ class Tunnel:
             if len(client_tls) == 1 and client_tls[0].tls is not None:
                 self._client_tls = client_tls[0]
                 self.tls = client_tls[0].tls
-                self.stand_in = next_layer.layer = _Stand_in(chosen)
+                self.stand_in = next_layer.layer = _StandIn(chosen)
 
