@@ -123,23 +123,29 @@ def read_answer(sock: socket.socket, buffer: bytes, method: bytes) -> tuple[byte
 def converse(port: int, requests: list[bytes]) -> bytes:
     """The answers to ``requests``, sent one after another on one connection, and whether
     the proxy closed it."""
-    transcript = b""
-    buffer = b""
     with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
-        for raw in requests:
-            try:
-                sock.sendall(raw)
-            except OSError as exc:
-                return transcript + f"[send failed: {type(exc).__name__}]".encode()
-            answer, buffer, closed = read_answer(sock, buffer, raw.split(b" ", 1)[0])
-            transcript += answer + b"\n----\n"
-            if closed:
-                return transcript + b"[closed]"
-        sock.settimeout(0.5)
+        return converse_on(sock, requests)
+
+
+def converse_on(sock: socket.socket, requests: list[bytes], transcript: bytes = b"") -> bytes:
+    """``converse`` on a connection already made (a TLS one, say), after ``transcript``."""
+    buffer = b""
+    for raw in requests:
         try:
-            transcript += b"[closed]" if sock.recv(1) == b"" else b"[more data]"
-        except TimeoutError:
-            transcript += b"[open]"
+            sock.sendall(raw)
+        except OSError as exc:
+            return transcript + f"[send failed: {type(exc).__name__}]".encode()
+        answer, buffer, closed = read_answer(sock, buffer, raw.split(b" ", 1)[0])
+        transcript += answer + b"\n----\n"
+        if closed:
+            return transcript + b"[closed]"
+    sock.settimeout(0.5)
+    try:
+        transcript += b"[closed]" if sock.recv(1) == b"" else b"[more data]"
+    except TimeoutError:
+        transcript += b"[open]"
+    except OSError:  # a TLS connection ended without close_notify
+        transcript += b"[closed]"
     return transcript
 
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.servers import ProxyProcess, Upstream
-from tests.test_fast_lane_differential import normalized, read_answer
+from tests.test_fast_lane_differential import converse_on, normalized, read_answer
 
 pytestmark = pytest.mark.integration
 
@@ -88,23 +88,7 @@ def converse_in_tunnel(proxy: ProxyProcess, upstream: Upstream, host: str, reque
     target = f"{host}:{upstream.port}"
     sock, transcript = connect(proxy.port, target)
     with client_context(proxy.ca_file).wrap_socket(sock, server_hostname=host) as tls:
-        transcript += b"\n----\n"
-        buffer = b""
-        for raw in requests:
-            data = raw.replace("{host}", target).encode()
-            tls.sendall(data)
-            answer, buffer, closed = read_answer(tls, buffer, data.split(b" ", 1)[0])
-            transcript += answer + b"\n----\n"
-            if closed:
-                return transcript + b"[closed]"
-        tls.settimeout(0.5)
-        try:
-            transcript += b"[closed]" if tls.recv(1) == b"" else b"[more data]"
-        except (TimeoutError, socket.timeout):
-            transcript += b"[open]"
-        except (ssl.SSLError, OSError):
-            transcript += b"[closed]"
-    return transcript
+        return converse_on(tls, [raw.replace("{host}", target).encode() for raw in requests], transcript + b"\n----\n")
 
 
 def special_cases(proxy: ProxyProcess, upstream: Upstream) -> dict[str, bytes]:
@@ -162,20 +146,25 @@ def all_transcripts(proxy: ProxyProcess, upstream: Upstream) -> dict[str, bytes]
     return transcripts
 
 
-@pytest.mark.timeout(240)
-def test_https_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path, test_ca):
-    args = (*ARGS, "--upstream-ca", str(test_ca.ca_file))
+def side_by_side(tmp_path, test_ca, args, talk) -> tuple[list, list[str]]:
+    """What ``talk(proxy, upstream)`` returns with the lane and without it (--no-fast-lane),
+    each time with the same TLS upstream on the same port (simulated answers depend on the
+    URL), and each proxy's output."""
+    args = (*args, "--upstream-ca", str(test_ca.ca_file))
     results = []
     port = 0
     with ProxyProcess(tmp_path / "a" / "store", *args) as lane, \
             ProxyProcess(tmp_path / "b" / "store", *args, "--no-fast-lane") as layers:
         for proxy in (lane, layers):
-            # the same upstream port for both: simulated answers depend on the URL
             with Upstream(tls=test_ca, port=port) as upstream:
                 port = upstream.port
-                results.append(all_transcripts(proxy, upstream))
-        outputs = ["".join(proxy.output) for proxy in (lane, layers)]
-    with_lane, without = results
+                results.append(talk(proxy, upstream))
+        return results, ["".join(proxy.output) for proxy in (lane, layers)]
+
+
+@pytest.mark.timeout(240)
+def test_https_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path, test_ca):
+    (with_lane, without), outputs = side_by_side(tmp_path, test_ca, ARGS, all_transcripts)
 
     assert with_lane.pop("mitmproxy saw the tunnel") == b"False"  # the lane served it
     assert without.pop("mitmproxy saw the tunnel") == b"True"
@@ -203,27 +192,22 @@ def test_https_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path,
 
 @pytest.mark.timeout(120)
 def test_https_with_proxy_auth_the_answers_are_the_same_too(tmp_path, test_ca):
-    args = ("--simulator", "schema", "--proxy-auth", "user:pass", "--allow-host", "localhost",
-            "--upstream-ca", str(test_ca.ca_file))
-    results = []
-    port = 0
-    with ProxyProcess(tmp_path / "a" / "store", *args) as lane, \
-            ProxyProcess(tmp_path / "b" / "store", *args, "--no-fast-lane") as layers:
-        for proxy in (lane, layers):
-            with Upstream(tls=test_ca, port=port) as upstream:
-                port = upstream.port
-                target = f"localhost:{port}"
-                # no credentials, then wrong ones, on one connection; then right ones and a request inside
-                sock, first = connect(proxy.port, target)
-                with sock:
-                    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
-                                 "Proxy-Authorization: Basic dXNlcjp3cm9uZw==\r\n\r\n".encode())
-                    second = read_connect_answer(sock)
-                sock, third = connect(proxy.port, target, "Proxy-Authorization: Basic dXNlcjpwYXNz\r\n")
-                with client_context(proxy.ca_file).wrap_socket(sock, server_hostname="localhost") as tls:
-                    tls.sendall(f"GET /echo/auth HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-                    inside = read_answer(tls, b"", b"GET")[0]
-                results.append(normalized(b"\n----\n".join([first, second, third, inside]), proxy, upstream))
+    def talk(proxy: ProxyProcess, upstream: Upstream) -> bytes:
+        target = f"localhost:{upstream.port}"
+        # no credentials, then wrong ones, on one connection; then right ones and a request inside
+        sock, first = connect(proxy.port, target)
+        with sock:
+            sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                         "Proxy-Authorization: Basic dXNlcjp3cm9uZw==\r\n\r\n".encode())
+            second = read_connect_answer(sock)
+        sock, third = connect(proxy.port, target, "Proxy-Authorization: Basic dXNlcjpwYXNz\r\n")
+        with client_context(proxy.ca_file).wrap_socket(sock, server_hostname="localhost") as tls:
+            tls.sendall(f"GET /echo/auth HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            inside = read_answer(tls, b"", b"GET")[0]
+        return normalized(b"\n----\n".join([first, second, third, inside]), proxy, upstream)
+
+    args = ("--simulator", "schema", "--proxy-auth", "user:pass", "--allow-host", "localhost")
+    results, _outputs = side_by_side(tmp_path, test_ca, args, talk)
     with_lane, without = results
     assert with_lane == without, f"{with_lane.decode('latin-1')}\n--- without the lane ---\n{without.decode('latin-1')}"
     assert re.findall(rb"^HTTP/1.1 (\d+)", with_lane, re.M) == [b"407", b"407", b"200", b"200"]
