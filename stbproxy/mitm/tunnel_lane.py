@@ -174,15 +174,13 @@ class Tunnel:
         self.top = layer.NextLayer(context)
         await self.feed(events.Start())
         while not self.closed:
-            if not data:
-                pass
-            elif self.stand_in is not None and not self.stand_in.delegated:
+            if data and self.stand_in is not None and not self.stand_in.delegated:
                 if not self.decrypt(data):  # close_notify: what came before it is answered, then goodbye
                     await self.answer_plain()
                     if not self.closed:
                         await self.client_left()
                     break
-            else:
+            elif data:
                 await self.feed(events.DataReceived(self.client, data))
             if self.stand_in is not None and not self.stand_in.delegated and not self.closed:
                 await self.answer_plain()
