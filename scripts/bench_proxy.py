@@ -11,8 +11,8 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    worker, with ``--workers 2`` and with ``--no-fast-lane`` (every request through
    mitmproxy's protocol layers), and ``mitmdump`` (all its default addons) with a script
    answering the same bodies from a dict: the baseline;
-3. from the load generator (scripts/hitload.py, a process of its own, asyncio, raw HTTP/1.1
-   on keep-alive connections; HTTPS through one CONNECT tunnel per connection, trusting the
+3. from the load generator (scripts/hitload.py, a process of its own, a selector loop, raw
+   HTTP/1.1 on keep-alive connections; HTTPS through one CONNECT tunnel per connection, trusting the
    proxy's CA), measure each path at concurrency 1, 16 and 32, subjects interleaved and
    repeated: req/s, p50/p99 latency, and the server's CPU milliseconds per request from its
    process times (every worker counted);

@@ -13,8 +13,8 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    protocol layers), on the 5,000-per-API store with one worker, and `mitmdump`
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
-3. from the load generator (scripts/hitload.py, its own process, asyncio, raw HTTP/1.1 on
-   keep-alive connections) send `POST /virtual` with the body ToolBench's client sends
+3. from the load generator (scripts/hitload.py, its own process, a selector loop, raw
+   HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's client sends
    (category, tool_name, api_name, tool_input, strip, toolbench_key; tool_input's keys in
    another order than the cache's literal) at concurrency 1, 16 and 32, subjects
    interleaved, repeated;
