@@ -11,7 +11,7 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    worker, with ``--workers 2`` and with ``--no-fast-lane`` (every request through
    mitmproxy's protocol layers), and ``mitmdump`` (all its default addons) with a script
    answering the same bodies from a dict: the baseline;
-3. from the load generator (scripts/hitload.py, a process of its own, a selector loop, raw
+3. from the load generator (scripts/hitload.py, a process of its own, an epoll loop, raw
    HTTP/1.1 on keep-alive connections; HTTPS through one CONNECT tunnel per connection, trusting the
    proxy's CA), measure each path at concurrency 1, 16 and 32, subjects interleaved and
    repeated: req/s, p50/p99 latency, and the server's CPU milliseconds per request from its
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import hitstores
 from benchkit import child_env
-from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict, workers_speedup
 
 HOST = "127.0.0.1"
 SCRIPT = Path(__file__).resolve()
@@ -152,20 +152,21 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
 
     confdir = workdir / "certs"
     addon = hitstores.dict_addon(workdir, list(bases.values()), targets, None)
-    subjects: list[Subject] = [Subject("direct", upstream_port, None)]
-    for name, extra in (("stbproxy", ()), ("stbproxy --workers 2", ("--workers", "2")),
-                        (MITMPROXY_PATH, ("--no-fast-lane",))):
+    subjects: list[Subject] = [] if args.workers_only else [Subject("direct", upstream_port, None)]
+    stbproxies = (("stbproxy", ()), (WORKERS, ("--workers", "2")), (MITMPROXY_PATH, ("--no-fast-lane",)))
+    for name, extra in stbproxies[:2] if args.workers_only else stbproxies:
         subjects.append(stbproxy_subject(name, copy_store(store, workdir / f"store-{len(subjects)}"), *extra,
                                          confdir=confdir))
         stack.callback(subjects[-1].stop)
-    if args.before:
+    if args.before and not args.workers_only:
         subjects.append(stbproxy_subject(BEFORE, copy_store(store, workdir / "store-before"), confdir=confdir,
                                          source=args.before))
         stack.callback(subjects[-1].stop)
-    subjects.append(mitmdump_subject(addon, _free_port(), confdir))
-    stack.callback(subjects[-1].stop)
-    subjects.append(lean_subject(addon, _free_port(), confdir))
-    stack.callback(subjects[-1].stop)
+    if not args.workers_only:
+        subjects.append(mitmdump_subject(addon, _free_port(), confdir))
+        stack.callback(subjects[-1].stop)
+        subjects.append(lean_subject(addon, _free_port(), confdir))
+        stack.callback(subjects[-1].stop)
 
     print(f"stbproxy hit benchmark: {args.distinct} distinct requests, concurrency {args.concurrency}, "
           f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s), medians")
@@ -189,6 +190,21 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         matrix.table(path, names, args.concurrency)
     print()
     top = max(args.concurrency)
+    if not args.workers_only:
+        summarize(args, matrix, top)
+    for path in ("plain", "https"):
+        print(workers_speedup(matrix, path, top, WORKERS_TARGET))
+    if matrix.failures:
+        print("\n!!! FAILED REQUESTS: these figures are not valid !!!")
+        for line in matrix.failures[:20]:
+            print(f"  {line}")
+        return 1
+    print("failed requests: 0")
+    return 0
+
+
+def summarize(args, matrix: Matrix, top: int) -> None:
+    """CPU per hit against its targets, the baseline and --no-fast-lane; p50 added at concurrency 1."""
     for path in ("plain", "https"):
         cpu = matrix.get(path, "stbproxy", top, "cpu_ms")
         base = matrix.get(path, BASELINE, top, "cpu_ms")
@@ -212,21 +228,6 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         baseline_added = matrix.get("plain", BASELINE, 1, "p50_ms") - matrix.get("plain", "direct", 1, "p50_ms")
         print(f"p50 added at concurrency 1 over a direct call: {added:.3f} ms (target <= {ADDED_P50_TARGET} ms: "
               f"{verdict(added <= ADDED_P50_TARGET)}); by mitmdump + dict: {baseline_added:.3f} ms")
-    for path in ("plain", "https"):
-        one = matrix.get(path, "stbproxy", top, "rps")
-        two = matrix.get(path, "stbproxy --workers 2", top, "rps")
-        share = matrix.get(path, "stbproxy --workers 2", top, "client_share")
-        speedup = matrix.paired_ratio(path, "stbproxy --workers 2", "stbproxy", top, "rps")
-        print(f"{path}: --workers 2 / 1 worker at concurrency {top}: {speedup:.2f}x (median of the repeats' "
-              f"ratios; medians {two:.0f} vs {one:.0f} req/s; target >= {WORKERS_TARGET}: "
-              f"{verdict(speedup >= WORKERS_TARGET)}); the load generator used {share:.0%} of the machine's CPU meanwhile")
-    if matrix.failures:
-        print("\n!!! FAILED REQUESTS: these figures are not valid !!!")
-        for line in matrix.failures[:20]:
-            print(f"  {line}")
-        return 1
-    print("failed requests: 0")
-    return 0
 
 
 def cpu_of(matrix: Matrix, path: str, concurrency: int) -> float:
@@ -248,6 +249,8 @@ def _options(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="runs per subject; medians are reported [3]")
     p.add_argument("--distinct", type=int, help="distinct requests stored and replayed [200]")
     p.add_argument("--quick", action="store_true", help="a small run for smoke tests (a minute)")
+    p.add_argument("--workers-only", action="store_true",
+                   help="only stbproxy with one worker and with --workers 2: the speed-up, with more repeats in less time")
     p.add_argument("--before", type=Path, default=None, metavar="DIR",
                    help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
     a = p.parse_args(argv)

@@ -13,7 +13,7 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    protocol layers), on the 5,000-per-API store with one worker, and `mitmdump`
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
-3. from the load generator (scripts/hitload.py, its own process, a selector loop, raw
+3. from the load generator (scripts/hitload.py, its own process, an epoll loop, raw
    HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's client sends
    (category, tool_name, api_name, tool_input, strip, toolbench_key; tool_input's keys in
    another order than the cache's literal) at concurrency 1, 16 and 32, subjects
@@ -44,7 +44,7 @@ import tempfile
 from pathlib import Path
 
 import hitstores
-from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict
+from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict, workers_speedup
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
@@ -82,7 +82,7 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     large_name = f"stbproxy, {args.large} per API"
     subjects = [
         (stbproxy_subject("stbproxy", stores[args.small], confdir=confdir), plans[args.small]),
-        (stbproxy_subject("stbproxy --workers 2", copy_store(stores[args.small], workdir / "store-copy"),
+        (stbproxy_subject(WORKERS, copy_store(stores[args.small], workdir / "store-copy"),
                           "--workers", "2", confdir=confdir), plans[args.small]),
         (stbproxy_subject(large_name, stores[args.large], confdir=confdir), plans[args.large]),
         (stbproxy_subject(MITMPROXY_PATH, copy_store(stores[args.small], workdir / "store-mitmproxy-path"),
@@ -146,13 +146,7 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     if 1 in args.concurrency:
         print(f"virtual: p50 at concurrency 1: {matrix.get('virtual', 'stbproxy', 1, 'p50_ms'):.3f} ms "
               f"(mitmdump + dict: {matrix.get('virtual', BASELINE, 1, 'p50_ms'):.3f} ms)")
-    one = matrix.get("virtual", "stbproxy", top, "rps")
-    two = matrix.get("virtual", "stbproxy --workers 2", top, "rps")
-    share = matrix.get("virtual", "stbproxy --workers 2", top, "client_share")
-    speedup = matrix.paired_ratio("virtual", "stbproxy --workers 2", "stbproxy", top, "rps")
-    print(f"virtual: --workers 2 / 1 worker at concurrency {top}: {speedup:.2f}x (median of the repeats' "
-          f"ratios; medians {two:.0f} vs {one:.0f} req/s; target >= {WORKERS_TARGET}: "
-          f"{verdict(speedup >= WORKERS_TARGET)}); the load generator used {share:.0%} of the machine's CPU meanwhile")
+    print(workers_speedup(matrix, "virtual", top, WORKERS_TARGET))
     if failures:
         print("\nFAILED:\n" + "\n".join(f"  {f}" for f in failures[:20]))
         return 1

@@ -175,11 +175,15 @@ class Matrix:
         """The median over repeats of ``name``'s figure divided by ``other``'s in the same repeat.
         Subjects of one repeat run back to back, so a burst of load from elsewhere touches both
         sides of a pair; separate medians could pair a quiet run with a loaded one."""
+        ratios = self.paired_ratios(path, name, other, concurrency, field)
+        return statistics.median(ratios) if ratios else float("nan")
+
+    def paired_ratios(self, path: str, name: str, other: str, concurrency: int, field: str) -> list[float]:
+        """Each repeat's ratio of ``name``'s figure to ``other``'s (see paired_ratio)."""
         mine = self.runs.get((path, name, concurrency), [])
         theirs = self.runs.get((path, other, concurrency), [])
-        ratios = [a[field] / b[field] for a, b in zip(mine, theirs)
-                  if b[field] and not math.isnan(a[field]) and not math.isnan(b[field])]
-        return statistics.median(ratios) if ratios else float("nan")
+        return [a[field] / b[field] for a, b in zip(mine, theirs)
+                if b[field] and not math.isnan(a[field]) and not math.isnan(b[field])]
 
     def table(self, path: str, names: list[str], concurrencies: list[int]) -> None:
         print(f"\n{path} hits (medians): {'subject':<31}{'conc':>5}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
@@ -198,6 +202,22 @@ class Matrix:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
+
+
+WORKERS = "stbproxy --workers 2"
+
+
+def workers_speedup(matrix: Matrix, path: str, concurrency: int, target: float) -> str:
+    """The line on ``--workers 2`` over one worker: the median of the paired ratios, their
+    range, and the load generator's share of the machine (it runs on the same cores)."""
+    ratios = matrix.paired_ratios(path, WORKERS, "stbproxy", concurrency, "rps")
+    speedup = statistics.median(ratios) if ratios else float("nan")
+    spread = f", which ranged {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
+    return (f"{path}: --workers 2 / 1 worker at concurrency {concurrency}: {speedup:.2f}x (median of the repeats' "
+            f"ratios{spread}; medians {matrix.get(path, WORKERS, concurrency, 'rps'):.0f} vs "
+            f"{matrix.get(path, 'stbproxy', concurrency, 'rps'):.0f} req/s; target >= {target}: "
+            f"{verdict(speedup >= target)}); the load generator used "
+            f"{matrix.get(path, WORKERS, concurrency, 'client_share'):.0%} of the machine's CPU meanwhile")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["_lean"]:
