@@ -12,8 +12,8 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    mitmproxy's protocol layers), and ``mitmdump`` (all its default addons) with a script
    answering the same bodies from a dict: the baseline;
 3. from the load generator (scripts/hitload.py, a process of its own, an epoll loop, raw
-   HTTP/1.1 on keep-alive connections; HTTPS through one CONNECT tunnel per connection, trusting the
-   proxy's CA), measure each path at concurrency 1, 16 and 32, subjects interleaved and
+   HTTP/1.1 on keep-alive connections; HTTPS through one CONNECT tunnel per connection,
+   trusting the proxy's CA), measure each path at concurrency 1, 16 and 32, subjects interleaved and
    repeated: req/s, p50/p99 latency, and the server's CPU milliseconds per request from its
    process times (every worker counted);
 4. print the medians, the CPU per hit against its target and against the baseline's, the
@@ -24,7 +24,11 @@ Every answer is checked (status 200, the upstream's body, the header saying it w
 or came from the dict). Exit status 1 means requests failed; a missed target is reported
 but is not an error.
 
-Usage: python scripts/bench_proxy.py [--quick] [--requests N] [--repeats R] [--concurrency 1,16,32]
+``--workers-only`` runs just stbproxy with one worker and with ``--workers 2``: on a noisy
+2-core machine the speed-up's paired ratios spread widely, and this takes more repeats in
+less time.
+
+Usage: python scripts/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R] [--concurrency 1,16,32]
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
 3. from the load generator (scripts/hitload.py, its own process, an epoll loop, raw
-   HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's client sends
-   (category, tool_name, api_name, tool_input, strip, toolbench_key; tool_input's keys in
-   another order than the cache's literal) at concurrency 1, 16 and 32, subjects
-   interleaved, repeated;
+   HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's
+   client sends (category, tool_name, api_name, tool_input, strip, toolbench_key;
+   tool_input's keys in another order than the cache's literal) at concurrency 1, 16 and
+   32, subjects interleaved, repeated;
 4. check every answer (HTTP 200, X-Stb-Source: cache, {"error": "", "response": the cached
    text}) and print medians: req/s, p50/p99, the server's CPU per hit from its process
    times (every worker counted) against its target and the baseline's, the speed-up of

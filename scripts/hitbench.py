@@ -43,6 +43,7 @@ class Subject:
 
 BEFORE = "stbproxy (before)"
 MITMPROXY_PATH = "stbproxy --no-fast-lane"  # every request through mitmproxy's layers
+WORKERS = "stbproxy --workers 2"
 
 
 def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path, source: Path | None = None) -> Subject:
@@ -202,9 +203,6 @@ class Matrix:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
-
-
-WORKERS = "stbproxy --workers 2"
 
 
 def workers_speedup(matrix: Matrix, path: str, concurrency: int, target: float) -> str:
