@@ -173,6 +173,17 @@ def transcripts_of(proxy: ProxyProcess, upstream: Upstream) -> dict[str, bytes]:
 
 
 @pytest.mark.timeout(240)
+def assert_same_transcripts(with_lane: dict[str, bytes], without: dict[str, bytes], seen: str) -> None:
+    """Equal named transcripts from the two proxies; ``seen`` names the entry that says whether
+    mitmproxy's layers saw the connection: not with the lane, and so when it is off."""
+    assert with_lane.pop(seen) == b"False"  # the lane served it
+    assert without.pop(seen) == b"True"
+    assert with_lane.keys() == without.keys()
+    for name in with_lane:
+        assert with_lane[name] == without[name], (f"{name}:\n{with_lane[name].decode('latin-1')}\n"
+                                                  f"--- without the lane ---\n{without[name].decode('latin-1')}")
+
+
 def test_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path):
     with ProxyProcess(tmp_path / "a" / "store", *ARGS) as lane, \
             ProxyProcess(tmp_path / "b" / "store", *ARGS, "--no-fast-lane") as layers:
@@ -185,12 +196,7 @@ def test_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path):
             without = transcripts_of(layers, upstream)
         outputs = ["".join(proxy.output) for proxy in (lane, layers)]
 
-    assert with_lane.pop("mitmproxy saw the /virtual connection") == b"False"  # the lane answered it
-    assert without.pop("mitmproxy saw the /virtual connection") == b"True"
-    assert with_lane.keys() == without.keys()
-    for name in with_lane:
-        assert with_lane[name] == without[name], (f"{name}:\n{with_lane[name].decode('latin-1')}\n"
-                                                  f"--- without the lane ---\n{without[name].decode('latin-1')}")
+    assert_same_transcripts(with_lane, without, "mitmproxy saw the /virtual connection")
     virtual_answers = with_lane["virtual"].split(b"\n----\n")
     assert virtual_answers[1].startswith(b"HTTP/1.1 200") and b"X-Stb-Source: cache" in virtual_answers[1]
     assert b"X-Stb-Source: cache" in with_lane["plain http"].split(b"\n----\n")[1]
