@@ -149,22 +149,40 @@ def _redact_url(url: str, names: frozenset[str]) -> str:
     return urlunsplit(parts._replace(query=urlencode(redacted)))
 
 
-def _body_secret_values(request: Request, rules: KeyRules) -> set[str]:
-    content_type = request.header("content-type")
-    found: set[str] = set()
-    if not request.body:
-        return found
-    if is_json_type(content_type):
+def _parsed_body(request: Request):
+    """The body as ("json", value) or ("form", pairs), or None when it is neither.
+
+    The declared type does not decide alone: clients often send JSON with no Content-Type
+    or with a form one (``curl -d``, ``requests.post(data=json.dumps(...))``), and a secret
+    field must be found in it all the same. So a body that starts like JSON is read as
+    JSON whatever its type, and one with no type at all may be a form."""
+    body, content_type = request.body, request.header("content-type")
+    if not body:
+        return None
+    if is_json_type(content_type) or body.lstrip()[:1] in (b"{", b"["):
         try:
-            _collect_json_secrets(jsonsafe.loads(request.body), rules.secret_fields, found)
+            return "json", jsonsafe.loads(body)
         except (ValueError, UnicodeDecodeError):
-            pass
-    elif is_form_type(content_type):
+            if is_json_type(content_type):
+                return None  # invalid JSON under a JSON type: kept as bytes (and scrubbed)
+    if is_form_type(content_type) or not content_type:
         try:
-            pairs = parse_qsl(request.body.decode("utf-8"), keep_blank_values=True)
+            return "form", parse_qsl(body.decode("utf-8"), keep_blank_values=True)
         except UnicodeDecodeError:
-            pairs = []
-        found.update(v for k, v in pairs if k.lower() in rules.secret_fields)
+            return None
+    return None
+
+
+def _body_secret_values(request: Request, rules: KeyRules) -> set[str]:
+    found: set[str] = set()
+    parsed = _parsed_body(request)
+    if parsed is None:
+        return found
+    kind, value = parsed
+    if kind == "json":
+        _collect_json_secrets(value, rules.secret_fields, found)
+    else:
+        found.update(v for k, v in value if k.lower() in rules.secret_fields)
     return found
 
 
@@ -181,27 +199,18 @@ def _collect_json_secrets(value, names: frozenset[str], found: set[str]) -> None
 
 
 def _redact_body(request: Request, rules: KeyRules) -> bytes:
-    body, content_type = request.body, request.header("content-type")
-    if not body:
-        return body
-    if is_json_type(content_type):
-        try:
-            value = jsonsafe.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return body
+    parsed = _parsed_body(request)
+    if parsed is None:
+        return request.body
+    kind, value = parsed
+    if kind == "json":
         if not _json_has_field(value, rules.secret_fields):
-            return body  # keep the client's exact bytes when there is nothing to hide
+            return request.body  # keep the client's exact bytes when there is nothing to hide
         # surrogatepass: a body that held raw surrogate bytes (read that way) keeps them
         return json.dumps(_mask_json(value, rules.secret_fields), ensure_ascii=False).encode("utf-8", "surrogatepass")
-    if is_form_type(content_type):
-        try:
-            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True)
-        except UnicodeDecodeError:
-            return body
-        if not any(k.lower() in rules.secret_fields for k, _ in pairs):
-            return body
-        return urlencode([(k, REDACTED if k.lower() in rules.secret_fields else v) for k, v in pairs]).encode()
-    return body
+    if not any(k.lower() in rules.secret_fields for k, _ in value):
+        return request.body
+    return urlencode([(k, REDACTED if k.lower() in rules.secret_fields else v) for k, v in value]).encode()
 
 
 def _json_has_field(value, names: frozenset[str]) -> bool:

@@ -25,6 +25,14 @@ def everything(request: Request) -> bytes:
     (Request("POST", "http://h/p", (JSON,), b'{"outer": {"apikey": "deep-2222"}}'), "deep-2222"),
     (Request("POST", "http://h/p", (("Content-Type", "application/x-www-form-urlencoded"),),
              b"a=1&api_key=form-3333"), "form-3333"),
+    # the declared type is not trusted alone: JSON with no type or a form type (curl -d,
+    # requests' data=json.dumps(...)), and a form with no type
+    (Request("POST", "http://h/p", (), b'{"toolbench_key": "tb-notype-1"}'), "tb-notype-1"),
+    (Request("POST", "http://h/p", (("Content-Type", "application/x-www-form-urlencoded"),),
+             b' {"q": "x", "api_key": "json-as-form-2"}'), "json-as-form-2"),
+    (Request("POST", "http://h/p", (("Content-Type", "text/plain"),), b'[{"apikey": "json-as-text-3"}]'),
+     "json-as-text-3"),
+    (Request("POST", "http://h/p", (), b"q=1&access_token=form-notype-4"), "form-notype-4"),
     # a secret that reappears somewhere unnamed (in the path) is scrubbed too
     (Request("GET", "http://h/keys/rk-777777/info", (("X-RapidAPI-Key", "rk-777777"),)), "rk-777777"),
 ])
@@ -51,6 +59,20 @@ def test_user_configured_secret_field():
 def test_json_body_without_secrets_keeps_its_exact_bytes():
     body = b'{"b": 1,   "a": 2}'
     assert redact_request(Request("POST", "http://h/p", (JSON,), body)).body == body
+
+
+def test_a_json_secret_sent_without_a_json_type_is_scrubbed_from_the_answer_too():
+    request = Request("POST", "http://h/p", (("Content-Type", "application/x-www-form-urlencoded"),),
+                      b'{"toolbench_key": "tb-echoed-77", "q": "[[[["}')
+    echoed = Response(200, (("X-Echo", "tb-echoed-77"),), b'{"you sent": "tb-echoed-77"}')
+    answer = redact_response(echoed, secret_values(request))
+    assert b"tb-echoed-77" not in answer.body and "tb-echoed-77" not in json.dumps(answer.headers)
+    assert json.loads(redact_request(request).body) == {"toolbench_key": REDACTED, "q": "[[[["}
+
+
+def test_text_bodies_that_are_neither_json_nor_a_form_are_kept_as_sent():
+    for content_type, body in ((("Content-Type", "text/plain"),), b"{not json, api_key=x12345"), ((), b"plain words"):
+        assert redact_request(Request("POST", "http://h/p", content_type, body)).body == body
 
 
 def test_invalid_json_and_binary_bodies_are_left_alone_but_scrubbed():
