@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
+import sys
 from pathlib import Path
 
 import click
@@ -101,7 +103,9 @@ class OneLineErrors(click.Group):
 
     def invoke(self, ctx):
         with _OneLine():
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader gone early shows here, where it is handled, not at exit
+            return result
 
 
 _ENVVAR_HINT = re.compile(r" \(env var: [^)]*\)")
@@ -114,6 +118,9 @@ class _OneLine:
     def __exit__(self, kind, exc, tb) -> bool:
         if exc is None or isinstance(exc, (CommandError, click.exceptions.Exit, SystemExit, KeyboardInterrupt)):
             return False
+        if isinstance(exc, BrokenPipeError) and stdout_was_closed():
+            stop_writing_to_stdout()
+            raise SystemExit(SIGPIPE_EXIT)
         if isinstance(exc, click.UsageError):
             where = exc.ctx.command_path if exc.ctx is not None else "stbproxy"
             message = _ENVVAR_HINT.sub("", exc.format_message())  # the flag is what the user typed
@@ -130,6 +137,32 @@ class _OneLine:
         fail(f"internal error: {type(exc).__name__}: {exc} (set STBPROXY_TRACEBACK=1 to see where; "
              "please report it)", 1)
         return False
+
+
+# What a shell reports for git or seq cut short by `| head`: killed by SIGPIPE (128 + 13).
+SIGPIPE_EXIT = 141
+
+
+def stdout_was_closed() -> bool:
+    """Whether the reader of our standard output went away (``stbproxy stats | head -1``):
+    a pipe whose reading end is closed polls as an error. A broken pipe anywhere else (a
+    socket to a server) is a real failure and is reported as one."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test runner's), or no poll()
+        return False
+
+
+def stop_writing_to_stdout() -> None:
+    """Point standard output at the null device, so that what is still buffered, flushed at
+    exit, does not end in Python's "Exception ignored ... BrokenPipeError" noise."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def expose_envvars(command: click.Command, prefix: str) -> None:
