@@ -60,7 +60,7 @@ class CassetteStore(OneTier):
         self._by_key: dict[str, list[tuple[int, Exchange]]] = defaultdict(list)
         for interaction in interactions:
             exchange = imported_exchange(interaction.request, interaction.response, catalog=catalog,
-                                         rules=rules, now=0.0)
+                                         rules=rules, now=0.0, recorded_source=interaction.source)
             self._by_key[exchange.key].append((interaction.index, exchange))
             self._order.append((interaction.index, exchange))
         self._served: Counter[str] = Counter()

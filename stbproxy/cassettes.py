@@ -28,10 +28,10 @@ from vcr.serializers import compat, jsonserializer, yamlserializer
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
+from stbproxy.provenance import SOURCE_HEADER  # in a cassette: the origin of each recorded answer
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.routing import VIRTUAL_HOST, http_call
 
-SOURCE_HEADER = "X-Stb-Source"  # the same header the engine answers with
 Format = Literal["yaml", "json"]
 FORMATS: tuple[str, ...] = ("yaml", "json")
 # Framing that belongs to one transfer, not to the answer: the store keeps none of it.
@@ -225,6 +225,8 @@ def interaction_from_dict(index: int, raw: Any) -> Interaction:
         raise _Bad("response.body has no 'string'")
     headers = _headers(response.get("headers"), "response.headers")
     source = next((v for k, v in headers if k.lower() == SOURCE_HEADER.lower()), None)
+    if source == Source.ERROR.value:
+        raise _Bad("the proxy had no answer here (X-Stb-Source: error), so there is nothing to replay")
     headers = tuple((k, v) for k, v in headers
                     if k.lower() not in _FRAMING_HEADERS and k.lower() != SOURCE_HEADER.lower())
     response_body = _bytes(body["string"], "response.body.string")
@@ -262,9 +264,9 @@ def decoded_body(body: bytes, headers: Headers) -> tuple[bytes, Headers]:
 
 
 def imported_exchange(request: Request, response: Response, *, catalog, rules: KeyRules, now: float,
-                      meta: dict | None = None) -> Exchange:
+                      meta: dict | None = None, recorded_source: str | None = None) -> Exchange:
     """The stored form of an outside exchange: keyed exactly as the proxy keys the request
-    (API keys where the catalog maps it), redacted, with source ``imported``."""
+    (API keys where the catalog maps it), redacted, with its origin (imported_origin)."""
     call = http_call(request, catalog, rules)
     stand_in = _stand_in_api(request)
     if stand_in is not None and call.api is None:
@@ -275,7 +277,21 @@ def imported_exchange(request: Request, response: Response, *, catalog, rules: K
                               if k.lower() not in _FRAMING_HEADERS and k.lower() != SOURCE_HEADER.lower()),
                         response.body, response.reason)
     return Exchange(key=call.key, request=redact_request(request, rules), response=redact_response(response, secrets),
-                    source=Source.IMPORTED, stored_at=now, api=call.api, meta=meta or {})
+                    source=imported_origin(recorded_source), stored_at=now, api=call.api, meta=meta or {})
+
+
+def imported_origin(recorded_source: str | None) -> Source:
+    """The origin an imported answer keeps: what a cassette says of an answer that was not
+    real (simulated, injected, a failed simulation, a replay miss) stays so, and is served
+    as such; anything else becomes ``imported``, since a file cannot vouch that it is real."""
+    try:
+        source = Source(recorded_source) if recorded_source else Source.IMPORTED
+    except ValueError:
+        return Source.IMPORTED
+    return source if source in NOT_REAL else Source.IMPORTED
+
+
+NOT_REAL = frozenset({Source.SIMULATED, Source.SIMULATED_ERROR, Source.UNAVAILABLE, Source.INJECTED, Source.MISS})
 
 
 # -- helpers --------------------------------------------------------------------------------

@@ -2,8 +2,14 @@
 
 virtual (default): store hit -> answer; else upstream: a valid answer is stored and
     returned; an unreachable upstream or an invalid answer goes to the simulator.
-record: always upstream; whatever comes back is stored (transport failures are not).
-replay: store only; a miss answers 404 naming the closest stored request.
+record: always upstream; whatever comes back is stored.
+replay: store only; a miss answers 404 naming the closest stored request (in the OpenAI
+    error shape on an OpenAI-compatible endpoint, so that its client shows why).
+A transport failure is not an answer: in record mode and for passthrough hosts it is
+answered 502 with ``X-Stb-Source: error``, logged in the session, and never stored. A TLS
+handshake failure (a certificate that cannot be verified) is a configuration to fix, not
+an API that is down: in every mode it is answered the same way, with the fix in its text,
+and never simulated.
 With refresh_simulated (virtual mode), a hit on a simulated answer asks the real API
 again, at most once per REFRESH_INTERVAL per key: a valid real answer replaces it.
 Hosts marked passthrough are always forwarded and never served from the store; their
@@ -36,6 +42,7 @@ from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
+from stbproxy.provenance import marked
 from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
 from stbproxy.routing import Call, http_call
@@ -45,7 +52,6 @@ from stbproxy.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
 
-SOURCE_HEADER = "X-Stb-Source"
 STORED_HEADER = "X-Stb-Stored"  # "no" on an answer the store refused to keep
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itself
@@ -55,6 +61,10 @@ CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on t
 CALL_MEMO_MAX_BODY = 4 * 1024
 MAX_MISSES_KEPT = 10_000
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
+# Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
+CONFIGURATION_FAILURES = frozenset({"tls"})
+# Paths of OpenAI-compatible endpoints: their clients read errors only in OpenAI's shape.
+OPENAI_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/moderations")
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -120,6 +130,7 @@ class Engine:
         # Routing and keying a request is pure: equal requests (every header and byte alike)
         # get the same Call, so a repeated one skips URL parsing, canonical JSON and hashing.
         self._calls: Recent[Call] = Recent(CALL_MEMO_ENTRIES)
+        self._warned: set[str] = set()  # hosts whose TLS failure has been logged as a warning
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
@@ -157,7 +168,7 @@ class Engine:
             response = error_object_response(
                 "stbproxy record: this answer could not be stored, so it is not passed on as recorded "
                 "(the store refused the write; see the proxy's log)", status=507)
-            answer = replace(answer, response=response.with_header(SOURCE_HEADER, "error"))
+            answer = replace(answer, source=Source.ERROR, response=marked(response, Source.ERROR, Source.ERROR))
         return replace(answer, response=answer.response.with_header(STORED_HEADER, "no"))
 
     async def _answer_call(self, call: Call) -> Answer:
@@ -199,7 +210,7 @@ class Engine:
         return self._cached(key, stored)
 
     def _cached(self, key: str, stored: Exchange) -> Answer:
-        answer = Answer(stored.response.with_header(SOURCE_HEADER, Source.CACHE.value), Source.CACHE, key,
+        answer = Answer(marked(stored.response, Source.CACHE, stored.source, stored.meta), Source.CACHE, key,
                         stored.meta, key, stored.source)
         # A store may ask to see every read (a cassette counts which answers were played).
         if len(stored.response.body) <= HIT_CACHE_MAX_BODY and getattr(self.store, "reads_cacheable", True):
@@ -257,11 +268,30 @@ class Engine:
         return self._keep(call, response, Source.UPSTREAM, call.key, seconds, meta)
 
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
+        """The real API gave no answer: simulated in virtual mode when it is down; an error
+        in record mode, and in every mode when a setting is at fault (TLS)."""
+        if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES:
+            return self._error(call, exc)
         reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
         log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
-        if self.config.mode is Mode.RECORD:
-            return self._answer(error_object_response(reason, status=502), Source.UPSTREAM, call.key)
-        return await self._simulate(call, reason)
+        return await self._simulate(call, reason, failure=validity.FailureKind.NOT_CONNECTED)
+
+    def _error(self, call: Call, exc: UpstreamError) -> Answer:
+        """No answer at all (the proxy's own failure to reach the API): a 502 that says why,
+        marked ``error``, kept in the session's log but never stored, exported or replayed."""
+        reason = self._scrub(call, str(exc))
+        if exc.kind in CONFIGURATION_FAILURES:
+            self._warn_once(call.host, f"no call to {call.host or 'this host'} can succeed until this is fixed: {reason}")
+        else:
+            log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
+        return self._answer(error_object_response(f"stbproxy: {reason}", status=502), Source.ERROR, call.key,
+                            {"error_kind": exc.kind, "reason": reason})
+
+    def _warn_once(self, host: str, text: str) -> None:
+        """A warning seen without -v, once per host (a misconfiguration fails every call)."""
+        if host not in self._warned:
+            self._warned.add(host)
+            log.warning("%s", text)
 
     def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
         """Validity and failure taxonomy of a real answer, and the response to keep."""
@@ -283,7 +313,8 @@ class Engine:
         meta["failure"] = verdict.failure.value
         return response, verdict, meta
 
-    async def _simulate(self, call: Call, reason: str, fault: str | None = None) -> Answer:
+    async def _simulate(self, call: Call, reason: str, fault: str | None = None,
+                        failure: validity.FailureKind | None = None) -> Answer:
         job = SimulationRequest(call.request, call.key, call.api, reason)
         try:
             result = await self.simulator.simulate(job)
@@ -292,8 +323,12 @@ class Engine:
         # Answers made up for an injected fault say so: `forget --faulted` removes exactly
         # what an experiment added, and `stats --errors` counts them apart from real failures.
         marks = {"fault": fault} if fault else {}
+        if failure is not None:  # why the real API gave nothing, for `stats --errors`
+            marks["failure"] = failure.value
         if not result.ok:
-            return self._keep(call, result.response, Source.SIMULATED_ERROR, self._log_key("simulated-error", call),
+            # Nothing simulated when no simulator is on: the call is named for what it is.
+            source = Source.SIMULATED_ERROR if result.attempted else Source.UNAVAILABLE
+            return self._keep(call, result.response, source, self._log_key(source.value, call),
                               None, {"reason": reason, **result.meta, **marks})
         return self._keep(call, result.response, Source.SIMULATED, call.key, None, {**result.meta, **marks})
 
@@ -361,9 +396,10 @@ class Engine:
             }
         if len(self.misses) < MAX_MISSES_KEPT:
             self.misses.append(explanation)
-        body = json.dumps(explanation, ensure_ascii=False, indent=2).encode()
+        document = openai_error(explanation) if is_openai_endpoint(request) else explanation
+        body = json.dumps(document, ensure_ascii=False, indent=2).encode()
         response = Response(404, (("Content-Type", "application/json"),), body)
-        return Answer(response.with_header(SOURCE_HEADER, Source.MISS.value), Source.MISS, key)
+        return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, key)
 
     def closest(self, call: Call) -> tuple[Exchange, list[keys.Difference]] | None:
         """The stored request nearest to this call (same API or host first), with the differences."""
@@ -388,8 +424,7 @@ class Engine:
         try:
             response, seconds = await self.upstream.send(call.request)
         except UpstreamError as exc:
-            reason = self._scrub(call, str(exc))
-            return self._answer(error_object_response(reason, status=502), Source.PASSTHROUGH, call.key)
+            return self._error(call, exc)
         return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 
     # sessions -------------------------------------------------------------------------
@@ -398,10 +433,12 @@ class Engine:
         record_key = answer.record_key
         source = Source(answer.source)
         failed = answer.write_failed
-        # Keep a copy for the session when the answer is kept nowhere yet (injected, miss,
-        # 502), and in record mode, where a repeated request overwrites its entry: the
-        # session must replay the n-th answer it got, not the last one.
-        if not failed and (record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM)):
+        # Keep a copy for the session when the answer is kept nowhere yet (injected, miss),
+        # and in record mode, where a repeated request overwrites its entry: the session
+        # must replay the n-th answer it got, not the last one. An error is no answer: its
+        # record says what failed, and nothing is kept to export or replay.
+        keeps_copy = record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM)
+        if not failed and keeps_copy and source is not Source.ERROR:
             try:
                 record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,
                                         dict(answer.meta))
@@ -409,8 +446,10 @@ class Engine:
                 record_key, failed = None, True
         # A record that points at a stored exchange needs no URL of its own (SessionRecord.to_stored).
         url = "" if record_key else redact_url(call.request, self.config.rules)
+        origin = answer.stored_source.value if source is Source.CACHE and answer.stored_source else ""
+        error = str(answer.meta.get("error_kind", "")) if source is Source.ERROR else ""
         record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
-                               record_key or "", round(seconds, 6))
+                               record_key or "", round(seconds, 6), origin, error)
         try:
             self.store.append_session(session, record.to_stored())
         except StoreError as exc:
@@ -430,8 +469,7 @@ class Engine:
         try:
             saved = self._save(call, response, key, source, seconds, dict(meta))
         except StoreError:
-            return Answer(response.with_header(SOURCE_HEADER, source.value), source, call.key, meta,
-                          write_failed=True)
+            return Answer(marked(response, source, source, meta), source, call.key, meta, write_failed=True)
         return self._answer(response, source, call.key, meta, saved)
 
     def _save(self, call: Call, response: Response, key: str, source: Source,
@@ -483,8 +521,29 @@ class Engine:
 
     def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None,
                 record_key: str | None = None) -> Answer:
-        return Answer(response.with_header(SOURCE_HEADER, source.value), source, key, meta or {}, record_key)
+        return Answer(marked(response, source, source, meta), source, key, meta or {}, record_key)
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_url(request, self.config.rules)}"
+
+
+def is_openai_endpoint(request: Request) -> bool:
+    """A call to an OpenAI-compatible API (chat completions and the like), whose clients
+    read an error only from ``{"error": {"message", ...}}``."""
+    path = request.url.split("?", 1)[0].rstrip("/")
+    return request.method == "POST" and path.endswith(OPENAI_PATHS)
+
+
+def openai_error(explanation: dict) -> dict:
+    """A replay miss in the OpenAI error shape: the explanation in the message, which the
+    openai client shows, and in full beside it."""
+    message = explanation["error"]
+    closest = explanation.get("closest")
+    if closest:
+        parts = ", ".join(d["part"] for d in closest["differences"]) or "nothing"
+        message += f"; the closest stored request ({closest['method']} {closest['url']}) differs in: {parts}"
+    else:
+        message += "; nothing like it is stored"
+    return {"error": {"message": message, "type": "stbproxy_replay_miss", "code": "replay_miss", "param": None},
+            "stbproxy": explanation}
 

@@ -31,7 +31,8 @@ class UpstreamError(StbError):
 
     def __init__(self, message: str, *, kind: str = "unreachable") -> None:
         super().__init__(message)
-        #: "unreachable", "timeout" or "protocol": what the simulator hand-over reports.
+        #: "unreachable", "timeout", "protocol", "invalid-request", or "tls": a TLS handshake
+        #: failure, which is a configuration to fix (a CA to trust), never an API that is down.
         self.kind = kind
 
 

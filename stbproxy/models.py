@@ -15,16 +15,21 @@ Headers = tuple[tuple[str, str], ...]
 
 
 class Source(str, enum.Enum):
-    """Where an answer came from; sent to clients as the ``X-Stb-Source`` header."""
+    """How an answer was made; sent to clients as the ``X-Stb-Source`` header. A stored
+    entry's source is its origin (upstream, simulated, imported, injected), which hits
+    send as ``X-Stb-Origin`` (provenance.py)."""
 
     CACHE = "cache"
     UPSTREAM = "upstream"
     SIMULATED = "simulated"
-    SIMULATED_ERROR = "simulated-error"
+    SIMULATED_ERROR = "simulated-error"  # the simulator was asked and failed
+    UNAVAILABLE = "unavailable"  # the real API could not answer and no simulator is on
     INJECTED = "injected"
     PASSTHROUGH = "passthrough"
     IMPORTED = "imported"
     MISS = "miss"  # replay found nothing: the answer explains the miss
+    ERROR = "error"  # the proxy got no answer (transport, TLS set-up, a bad request): never stored
+    CHAT = "chat"  # /virtual's chat_with_user, answered by the proxy itself
 
 
 class Mode(str, enum.Enum):

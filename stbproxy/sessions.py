@@ -109,6 +109,8 @@ class SessionRecord:
     source: str
     key: str  # the store key of the answer (a cache entry, or a log/ record)
     seconds: float
+    origin: str = ""  # a hit: the origin of the stored answer served (upstream, simulated, ...)
+    error: str = ""  # source "error": what failed (unreachable, timeout, tls, ...)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,11 +123,16 @@ class SessionRecord:
         stored = {"time": self.time, "source": self.source, "key": self.key, "seconds": self.seconds}
         if not self.key:
             stored.update(method=self.method, url=self.url, status=self.status)
+        if self.origin:
+            stored["origin"] = self.origin
+        if self.error:
+            stored["error"] = self.error
         return stored
 
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        """A record from its dict; the fields added later (origin, error) may be absent."""
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
 def expand_record(stored: dict, seq: int) -> dict:

@@ -22,6 +22,7 @@ class Simulation:
     response: Response
     ok: bool  # False: a failed simulation, answered but never stored
     meta: dict = field(default_factory=dict)
+    attempted: bool = True  # False: no simulator is on, so nothing was tried
 
 
 class Simulator(Protocol):
@@ -34,5 +35,5 @@ class NoSimulator:
     async def simulate(self, job: SimulationRequest) -> Simulation:
         return Simulation(
             error_object_response(f"The real API is unavailable ({job.reason}) and no simulator is configured."),
-            ok=False,
+            ok=False, attempted=False,
         )

@@ -573,4 +573,4 @@ class OffSimulator:
         return Simulation(
             error_object_response(f"The real API is unavailable ({job.reason}) and simulation is off "
                                   "(--simulator off)."),
-            ok=False, meta={"simulator": "off"})
+            ok=False, meta={"simulator": "off"}, attempted=False)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import ssl
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+import certifi  # httpx's own source of public CAs
 import httpx
 
 from stbproxy.errors import ConfigError, UpstreamError
@@ -59,11 +61,10 @@ class UpstreamConfig:
 class Upstream:
     def __init__(self, config: UpstreamConfig = UpstreamConfig()) -> None:
         self.config = config
-        verify: bool | str = False if config.insecure else (config.ca_file or True)
         self._timeout = httpx.Timeout(config.timeout).as_dict()
         try:
             self._transport = httpx.AsyncHTTPTransport(
-                verify=verify,
+                verify=_verification(config),
                 proxy=config.proxy,
                 # Never read HTTP(S)_PROXY or SSL_* variables: the agent's environment points at
                 # us, which would loop. Redirects are relayed, never followed (a transport does not).
@@ -98,6 +99,9 @@ class Upstream:
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}", kind="timeout") from exc
         except (httpx.ConnectError, httpx.ProxyError) as exc:
+            tls = _tls_failure(exc)
+            if tls is not None:
+                raise UpstreamError(self._tls_text(request, tls), kind="tls") from exc
             raise UpstreamError(f"upstream unreachable: {request.url}: {exc}", kind="unreachable") from exc
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             raise UpstreamError(f"cannot call {request.url!r}: {exc}", kind="invalid-request") from exc
@@ -109,5 +113,42 @@ class Upstream:
         )
         return Response(reply.status_code, headers, content, reply.reason_phrase), elapsed
 
+    def _tls_text(self, request: Request, failure: ssl.SSLError) -> str:
+        """What went wrong in the TLS handshake with the real API, and the setting that fixes it."""
+        host = urlsplit(request.url).netloc.rpartition("@")[2] or request.url
+        if isinstance(failure, ssl.SSLCertVerificationError):
+            trusted = f"the public CAs and those of {self.config.ca_file}" if self.config.ca_file else "the public CAs"
+            fix = ("give the CA that signed it with --upstream-ca FILE, or turn verification off with "
+                   "--upstream-insecure (only for hosts you trust)")
+            return (f"TLS: the certificate of {host} cannot be verified against {trusted} "
+                    f"({failure.verify_message or failure.reason or failure}); {fix}")
+        return (f"TLS: the handshake with {host} failed ({failure.reason or failure}); check that {host} "
+                "serves HTTPS there with a TLS version and ciphers this proxy accepts")
+
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+
+def _verification(config: UpstreamConfig) -> ssl.SSLContext | bool:
+    """How upstream certificates are checked: against the public CAs (certifi's, as httpx
+    trusts by default), plus ``ca_file`` when given: an extra CA for private hosts must not
+    take the trust of every public API away."""
+    if config.insecure:
+        return False
+    context = ssl.create_default_context(cafile=certifi.where())
+    if config.ca_file:
+        context.load_verify_locations(cafile=config.ca_file)
+    return context
+
+
+def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connection, if that is what failed it: a handshake
+    failure is a configuration error (a CA to trust, a wrong port), not an API that is down."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

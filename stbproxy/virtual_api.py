@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from stbproxy import jsonsafe, keys
 from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
-from stbproxy.engine import SOURCE_HEADER, Answer, Engine
+from stbproxy.engine import Answer, Engine
 from stbproxy.models import ApiRef, Headers, Request, Source, header_value
+from stbproxy.provenance import FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
 from stbproxy.bodies import body_value
 from stbproxy.routing import Call, api_request, is_rapidapi_url, stored_request, toolbench_request
@@ -40,12 +41,16 @@ MEMO_ENTRIES = 2048  # prepared calls of recent bodies, and replies of recent hi
 MEMO_MAX_BODY = 4 * 1024
 
 
+PROVENANCE_HEADERS = frozenset(h.lower() for h in (ORIGIN_HEADER, SIMULATOR_HEADER, FAULT_HEADER))
+
+
 @dataclass(frozen=True)
 class VirtualReply:
     status: int
     document: dict
     source: str
     hit_key: str | None = field(default=None, compare=False)  # the store key of a cache hit's answer
+    provenance: Headers = ()  # X-Stb-Origin and the like, as the engine's answer carried them
 
     def body(self) -> bytes:
         return json.dumps(self.document, ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -199,7 +204,7 @@ class VirtualApi:
         if known is not None and known[0] is answer:  # the engine's very answer object: not stale
             return known[1]
         reply = reply_from_answer(answer)
-        reply = VirtualReply(reply.status, reply.document, reply.source, hit_key=answer.key)
+        reply = replace(reply, hit_key=answer.key)
         self._replies.put(answer.key, (answer, reply))
         return reply
 
@@ -259,21 +264,25 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
     """Turn the engine's HTTP-shaped answer back into a StableToolBench answer object."""
     response = answer.response
     source = answer.source.value
+    marks = tuple((k, v) for k, v in response.headers if k.lower() in PROVENANCE_HEADERS)
     value = body_value(response.body, response.header("content-type"))
     if answer.source is Source.MISS and isinstance(value, Mapping):  # replay: say why, and what was near
         return VirtualReply(200, {"error": value.get("error", "no stored answer"), "response": "",
-                                  "closest": value.get("closest")}, source)
-    if answer.source in (Source.SIMULATED_ERROR, Source.INJECTED) or (
+                                  "closest": value.get("closest")}, source, provenance=marks)
+    if answer.source in (Source.SIMULATED_ERROR, Source.UNAVAILABLE, Source.INJECTED, Source.ERROR) or (
         source == Source.UPSTREAM.value and response.status >= 400
     ):
         if isinstance(value, Mapping) and "error" in value and "response" in value:
-            return VirtualReply(200, dict(value), source)
-        return VirtualReply(200, {"error": f"HTTP {response.status}", "response": value}, source)
+            return VirtualReply(200, dict(value), source, provenance=marks)
+        return VirtualReply(200, {"error": f"HTTP {response.status}", "response": value}, source, provenance=marks)
     error = answer.meta.get("error", "") if answer.meta else ""
     if response.status >= 400 and not error:
         error = f"HTTP {response.status}"
-    return VirtualReply(200, {"error": error, "response": value}, source)
+    return VirtualReply(200, {"error": error, "response": value}, source, provenance=marks)
 
 
 def virtual_headers(reply: VirtualReply) -> dict[str, str]:
-    return {"Content-Type": "application/json", SOURCE_HEADER: reply.source}
+    """The reply's headers: its source, and its origin (the source itself for a reply the
+    proxy made without the engine: a bad request, a chat with the user)."""
+    return {"Content-Type": "application/json", SOURCE_HEADER: reply.source,
+            ORIGIN_HEADER: reply.source, **dict(reply.provenance)}

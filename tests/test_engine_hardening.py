@@ -48,8 +48,9 @@ def test_upstream_errors_are_scrubbed_in_the_log_the_stored_reason_and_the_answe
     caplog.set_level(logging.INFO, logger="stbproxy")
     with Store(tmp_path / "s") as store:
         virtual, recorded = run(store, scenario)
-        assert virtual.source is Source.SIMULATED_ERROR and recorded.response.status == 502
-        (logged,) = store.scan("log/simulated-error/")
+        assert virtual.source is Source.UNAVAILABLE and recorded.response.status == 502
+        assert recorded.source is Source.ERROR and SECRET not in recorded.meta["reason"]
+        (logged,) = store.scan("log/unavailable/")
         reason = logged.meta["reason"]
         assert "upstream unreachable" in reason and "api_key=REDACTED" in reason and SECRET not in reason
         for answer in (virtual, recorded):
@@ -80,7 +81,7 @@ def test_secrets_of_the_upstream_request_are_scrubbed_from_its_echo(tmp_path, up
         echoed, quoted, rapidapi = run(store, scenario, catalog=catalog, toolbench_url=upstream.url("/virtual"),
                                        rapidapi_key=RAPIDAPI_KEY)
         assert upstream.toolbench_keys == [TOOLBENCH_KEY, TOOLBENCH_KEY]  # forwarded, as it must be
-        assert (echoed.source, quoted.source, rapidapi.source) == ("upstream", "simulated-error", "upstream")
+        assert (echoed.source, quoted.source, rapidapi.source) == ("upstream", "unavailable", "upstream")
         (entry,) = store.scan("api/Data/echo_tool_for_Data/")
         assert json.loads(entry.response.body) == {"your_key": "REDACTED"}
         (invalid,) = store.scan("log/invalid/")

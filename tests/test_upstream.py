@@ -3,6 +3,7 @@ clients; each request carries exactly the cookies its client sent."""
 
 import asyncio
 import json
+import ssl
 
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
@@ -41,3 +42,15 @@ def test_a_cookie_set_for_one_client_is_never_sent_for_another(tmp_path, upstrea
         for answer in (b, c):  # neither the jar's cookie nor the client's own is stored
             body = store.get(answer.key).response.body
             assert COOKIE_SECRET.encode() not in body and b"agent-c-own-cookie" not in body
+
+
+def test_an_extra_ca_adds_trust_and_keeps_the_public_cas(test_ca):
+    """--upstream-ca adds a CA for private hosts: the public CAs stay trusted beside it."""
+    import certifi
+
+    from stbproxy.upstream import _verification
+
+    context = _verification(UpstreamConfig(ca_file=str(test_ca.ca_file)))
+    public = ssl.create_default_context(cafile=certifi.where())
+    assert context.cert_store_stats()["x509_ca"] == public.cert_store_stats()["x509_ca"] + 1
+    assert _verification(UpstreamConfig(insecure=True)) is False

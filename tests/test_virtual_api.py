@@ -139,7 +139,7 @@ def test_toolbench_upstream_gets_the_call_and_failures_go_to_the_simulator(tmp_p
         ], toolbench_url=upstream.url("/virtual"))
         assert ok.source == "upstream" and ok.document["response"]["from"] == "toolbench"
         # "rate limit" is invalid under check_result: the (default, no-LLM) error path answers
-        assert failed.source == "simulated-error" and failed.document["response"] == ""
+        assert failed.source == "unavailable" and failed.document["response"] == ""
         assert upstream.toolbench_keys == [TOOLBENCH_KEY, TOOLBENCH_KEY]  # forwarded, not stored
         assert list(store.keys("log/invalid/"))
     # re-packed as StableToolBench's server sends it on: standardized names, the arguments as
@@ -190,7 +190,7 @@ def test_no_keyless_rapidapi_call_goes_out(tmp_path, upstream):
     with Store(tmp_path / "s") as store:
         (keyless,) = run_virtual(store, catalog, [call], upstream_proxy=upstream.base)
         assert upstream.requests == []
-        assert keyless.source == "simulated-error" and "no RapidAPI key" in keyless.document["error"]
+        assert keyless.source == "unavailable" and "no RapidAPI key" in keyless.document["error"]
         (keyed,) = run_virtual(store, catalog, [call], upstream_proxy=upstream.base, rapidapi_key="rk-1")
     assert [r[:2] for r in upstream.requests] == [("CONNECT", "loop-ball.p.rapidapi.com:443")]
     assert "no RapidAPI key" not in keyed.document["error"]
