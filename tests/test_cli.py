@@ -31,11 +31,14 @@ def test_env_prints_proxy_and_ca_lines_and_creates_the_ca(tmp_path):
     assert result.exit_code == 0
     lines = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines())
     assert lines["HTTP_PROXY"] == lines["HTTPS_PROXY"] == lines["https_proxy"] == "http://127.0.0.1:9123"
-    ca = lines["REQUESTS_CA_BUNDLE"]
-    assert ca == lines["SSL_CERT_FILE"] == lines["CURL_CA_BUNDLE"] == lines["NODE_EXTRA_CA_CERTS"]
-    assert ca == str(confdir / "mitmproxy-ca-cert.pem") and os.path.isfile(ca)
-    key = confdir / "mitmproxy-ca.pem"
-    assert stat.S_IMODE(key.stat().st_mode) & 0o077 == 0
+    ca = confdir / "mitmproxy-ca-cert.pem"
+    assert lines["NODE_EXTRA_CA_CERTS"] == str(ca) and ca.is_file()  # Node adds it to its own roots
+    # The others replace a client's roots: a bundle of the proxy's CA and the roots trusted before.
+    bundle = lines["REQUESTS_CA_BUNDLE"]
+    assert bundle == lines["SSL_CERT_FILE"] == lines["CURL_CA_BUNDLE"] != str(ca)
+    assert os.path.dirname(bundle) == str(confdir) and ca.read_text().strip() in open(bundle).read()
+    for private in (confdir / "mitmproxy-ca.pem", bundle):
+        assert stat.S_IMODE(os.stat(private).st_mode) & 0o077 == 0
 
 
 def test_store_option_reads_the_environment(tmp_path):

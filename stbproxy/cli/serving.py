@@ -253,23 +253,32 @@ def env(host, port, confdir, session):
 
     \b
     Use: eval "$(stbproxy env --port 8080)"
-    The proxy for HTTP_PROXY/HTTPS_PROXY (both cases), and the proxy's CA for every client
-    that reads one: REQUESTS_CA_BUNDLE (requests), SSL_CERT_FILE (httpx, urllib, OpenSSL),
-    CURL_CA_BUNDLE (curl) and NODE_EXTRA_CA_CERTS (Node). The CA is the one every 'stbproxy
-    serve' of this user intercepts with (~/.stbproxy, or --confdir / STBPROXY_CONFDIR); it is
-    created if it does not exist yet, so the paths are valid.
+    The proxy for HTTP_PROXY/HTTPS_PROXY (both cases), and the CA to trust for every client
+    that reads one. REQUESTS_CA_BUNDLE (requests), SSL_CERT_FILE (httpx, urllib, OpenSSL) and
+    CURL_CA_BUNDLE (curl) name a bundle of the proxy's CA and the roots trusted before (the
+    system's, and files these variables named), so hosts in NO_PROXY still verify;
+    NODE_EXTRA_CA_CERTS (Node, which adds it to its own roots) names the proxy's CA. The CA is
+    the one every 'stbproxy serve' of this user intercepts with (~/.stbproxy, or --confdir /
+    STBPROXY_CONFDIR); it and the bundle are created or refreshed first, so the paths are
+    valid. NO_PROXY is left as it is: hosts it names skip the proxy and are not recorded.
     """
     from stbproxy import mitm
     from stbproxy.sessions import proxy_url
+    from stbproxy.trust_bundle import write_client_bundle
 
     try:
         ca = mitm.ensure_ca(resolve_confdir(confdir))
     except StbError as exc:
         fail(str(exc))
+    try:
+        bundle = write_client_bundle(ca)
+    except OSError as exc:
+        fail(f"cannot write the CA bundle in {ca.parent}: {exc.strerror or exc}; choose a folder you can "
+             "write to with --confdir or STBPROXY_CONFDIR")
     proxy = proxy_url(host, port, session)
     lines = {
         "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-        "REQUESTS_CA_BUNDLE": str(ca), "SSL_CERT_FILE": str(ca), "CURL_CA_BUNDLE": str(ca),
+        "REQUESTS_CA_BUNDLE": str(bundle), "SSL_CERT_FILE": str(bundle), "CURL_CA_BUNDLE": str(bundle),
         "NODE_EXTRA_CA_CERTS": str(ca),
     }
     for name, value in lines.items():
