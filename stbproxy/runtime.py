@@ -16,7 +16,7 @@ from stbproxy.models import Mode
 from stbproxy.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
-from stbproxy.shared_store import SharedTier
+from stbproxy.shared_store import SharedTier, check_at_start
 from stbproxy.simulation import NoSimulator
 from stbproxy.store import Store
 from stbproxy.tiered_store import TieredStore
@@ -83,8 +83,10 @@ class Runtime:
                 raise ConfigError(f"cannot replay the cassette: {exc}; fix it, record it again, or name "
                                   "another with --cassette", setting="cassette") from exc
         else:
-            self.store = Store(settings.store)
             shared = settings.shared_url()
+            if shared is not None:  # a wrong URL fails here, before anything is opened
+                check_at_start(shared)
+            self.store = Store(settings.store)
             if shared is not None:  # read local, then shared; write both (tiered_store.py)
                 self.store = TieredStore(self.store, SharedTier(shared), wait_limit=settings.upstream_timeout)
         try:

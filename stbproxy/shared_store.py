@@ -34,14 +34,18 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import AuthenticationError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeout
 from redis.retry import Retry
 
 from stbproxy.errors import ConfigError, StoreError
 
 log = logging.getLogger("stbproxy")
 
-ENV_VARS = ("STBPROXY_SHARED_URL", "REDIS_URL")
+# Only these attach a shared tier without --shared (STBPROXY_SHARED_URL is the older spelling).
+# REDIS_URL is never read: it is often set for other programs, and a proxy must not join a
+# fleet's cache by accident.
+ENV_VARS = ("STBPROXY_SHARED", "STBPROXY_SHARED_URL")
 SCHEMES = {"redis": (False, False), "rediss": (True, False),
            "redis+cluster": (False, True), "rediss+cluster": (True, True)}  # scheme -> (tls, cluster)
 LEASE_PREFIX = "stbproxy:lease:"  # a miss being answered by one proxy of the fleet
@@ -51,6 +55,7 @@ CATALOG_KEY = "stbproxy:catalog"  # the catalog document that 'import tools --sh
 SESSION_PREFIX = "session/"  # session/<name>: a list of JSON records, in arrival order
 
 OP_TIMEOUT = 1.0  # seconds one command may take before the tier counts as away
+START_CHECK_TIMEOUT = 5.0  # seconds 'serve' gives the shared tier to answer at start (a slow DNS included)
 LEASE_TTL = 10.0  # a dead holder's lease lets the next proxy go after this long
 QUEUE_LIMIT = 100_000  # writes kept while the tier is away ...
 QUEUE_BYTES = 256 * 1024 * 1024  # ... and their bytes; beyond either, writes are dropped (counted)
@@ -194,6 +199,54 @@ def is_outage(exc: BaseException) -> bool:
 
 
 FAILURES = (RedisError, OSError, asyncio.TimeoutError)
+
+
+def failure_reason(url: SharedUrl, exc: BaseException) -> str:
+    """Why the server could not be used, in words a user can act on (the password masked)."""
+    text = url.scrub(str(exc)) or type(exc).__name__
+    lowered = text.lower()
+    nodes = ", ".join(f"{host}:{port}" for host, port in url.nodes)
+    refused = ("wrongpass", "noauth", "invalid username")
+    if isinstance(exc, AuthenticationError) or any(word in lowered for word in refused):
+        if url.password is None:
+            return "the server wants a password and the URL gives none (redis://[user]:PASSWORD@host:port/db)"
+        return "the server refused the user name or password in the URL"
+    if "db index is out of range" in lowered:
+        return f"the server has no database {url.db} (its 'databases' setting allows fewer)"
+    if any(words in lowered for words in ("name or service not known", "nodename nor servname",
+                                          "temporary failure in name resolution", "no address associated")):
+        return f"unknown host {', '.join(sorted({host for host, _ in url.nodes}))}"
+    if "connection refused" in lowered:
+        return f"nothing listens at {nodes} (connection refused)"
+    if isinstance(exc, (RedisTimeout, TimeoutError, asyncio.TimeoutError)):
+        return f"no answer from {nodes} within {OP_TIMEOUT:g} s ({text})"
+    return text
+
+
+def check_at_start(url: SharedUrl, timeout: float = START_CHECK_TIMEOUT) -> None:
+    """Refuse, within ``timeout`` seconds, a shared tier that cannot be used now: a wrong URL
+    (host, port, password, database) is a mistake to fix, not an outage to wait out. Only at
+    start: a tier that goes away later is retried (SharedTier). ConfigError names the URL
+    (password masked) and the reason. On a thread: a host name can take long to resolve."""
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            SharedBulk(url).close()
+            outcome.append(None)
+        except StoreError as exc:
+            outcome.append(exc)
+
+    checker = threading.Thread(target=attempt, name="stbproxy-shared-check", daemon=True)
+    checker.start()
+    checker.join(timeout)
+    if not outcome:
+        problem = f"shared tier {url.redacted}: no answer within {timeout:g} s"
+    elif outcome[0] is not None:
+        problem = str(outcome[0])
+    else:
+        return
+    raise ConfigError(f"{problem}; fix --shared or $STBPROXY_SHARED", setting="shared")
 
 
 # -- the proxy's side -------------------------------------------------------------------------
@@ -522,11 +575,18 @@ class SharedBulk:
 
     def __init__(self, url: SharedUrl) -> None:
         self.url = url
-        self._client = make_client(url)
         self._put_new = None  # the registered PUT_NEW_SCRIPT
-        self._call(self._client.ping)
+        self._client = None
+        try:
+            self._client = make_client(url)  # a cluster client connects here
+            self._client.ping()
+        except (*FAILURES, RedisClusterException) as exc:
+            self.close()
+            raise StoreError(f"shared tier {url.redacted}: {failure_reason(url, exc)}") from exc
 
     def close(self) -> None:
+        if self._client is None:
+            return
         try:
             self._client.close()
         except FAILURES:

@@ -72,7 +72,7 @@ class Workers:
         """Once the primary listens: the link, then every reader, each listening, or ConfigError."""
         if isinstance(runtime.store, (CassetteStore, TieredStore)):
             raise ConfigError("--workers needs the embedded store alone: it cannot be combined with --cassette "
-                              "or a shared tier (--shared, STBPROXY_SHARED_URL, REDIS_URL)", setting="workers")
+                              "or a shared tier (--shared or $STBPROXY_SHARED)", setting="workers")
         self.folder = tempfile.mkdtemp(prefix="stbproxy-workers-")  # 0700: the link carries secrets
         self.link = LinkServer(runtime.engine, runtime.store, runtime.write_failures, Path(self.folder) / "link")
         await self.link.start()

@@ -2,6 +2,8 @@
 real redis-server (and a 3-node cluster), with an unmodified `requests` client."""
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -10,10 +12,10 @@ from click.testing import CliRunner
 from stbproxy.cassettes import write_cassette
 from stbproxy.catalog import api_key_name, category_key, tool_key
 from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.redis_process import RedisProcess
+from stbproxy.redis_process import RedisProcess, free_port
 from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
-from stbproxy.shared_store import SharedBulk, parse_shared_url
+from stbproxy.shared_store import SharedBulk, parse_shared_url, redact_shared_url
 from stbproxy.store import ENTRY_PREFIXES, Store, encode_exchange
 
 
@@ -209,3 +211,109 @@ def test_a_cluster_is_a_shared_tier_too(tmp_path, redis_cluster, stb_data, upstr
         two.stop()
     assert first.headers["X-Stb-Source"] == "upstream" and second.headers["X-Stb-Source"] == "cache"
     assert upstream.hits["/echo"] == 1
+
+
+# -- attached on purpose only, and refused at start when it cannot be used ----------------------
+
+
+def shared_session(url: str, name: str) -> None:
+    with SharedBulk(parse_shared_url(url)) as bulk:
+        record = {"time": 1.0, "source": "cache", "key": "http/h/GET/x/1", "seconds": 0.0}
+        bulk.append_sessions([(name, json.dumps(record).encode())])
+
+
+@pytest.mark.integration
+def test_redis_url_in_the_environment_attaches_no_shared_tier(tmp_path, redis_server, upstream):
+    shared_session(redis_server.url, "only-in-redis")
+    keys_before = redis_server.cli("dbsize").strip()
+    env = {"REDIS_URL": redis_server.url}
+
+    # serve (two workers, which a shared tier would refuse) answers from its own store alone
+    with ServeProcess(tmp_path / "s", "--workers", "2", env=env) as proxy:
+        assert " shared " not in proxy.output[0] and "2 workers" in proxy.output[0]
+        with requests.Session() as client:
+            client.trust_env = False
+            answer = client.get(upstream.url("/echo?alone=1"), proxies={"http": proxy.url})
+    assert answer.headers["X-Stb-Source"] == "upstream"
+
+    cassette = tmp_path / "run.yaml"
+    write_cassette(cassette, [Exchange("http/api.example/GET/item/1", Request("GET", "http://api.example/item"),
+                                       Response(200, (), b"{}"), Source.UPSTREAM, 1.0)], "yaml")
+    imported = invoke("import", "cassette", str(cassette), "--store", str(tmp_path / "s"), env=env)
+    assert imported.exit_code == 0 and "shared tier" not in imported.output
+    stats = json.loads(invoke("stats", "--json", "--store", str(tmp_path / "s"), env=env).output)
+    assert "shared" not in stats
+    sessions = json.loads(invoke("sessions", "--json", "--store", str(tmp_path / "s"), env=env).output)
+    assert "only-in-redis" not in [row["name"] for row in sessions]
+    forgot = invoke("forget", "--host", "api.example", "--yes", "--store", str(tmp_path / "s"), env=env)
+    assert forgot.exit_code == 0 and "shared tier" not in forgot.output
+    assert "give the shared tier" in invoke("sync", "--pull", "--store", str(tmp_path / "s"), env=env).output
+    assert redis_server.cli("dbsize").strip() == keys_before  # nothing was written to it
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("variable", ["STBPROXY_SHARED", "STBPROXY_SHARED_URL"])
+def test_stbproxy_shared_attaches_the_tier_and_so_does_its_older_name(tmp_path, redis_server, variable):
+    shared_session(redis_server.url, "fleet-run")
+    env = {variable: redis_server.url}
+    with ServeProcess(tmp_path / "s", env=env) as proxy:
+        assert f"shared {redis_server.url}" in proxy.output[0]
+    sessions = json.loads(invoke("sessions", "--json", "--store", str(tmp_path / "s"), env=env).output)
+    assert "fleet-run" in [row["name"] for row in sessions]
+
+
+@pytest.mark.integration
+def test_a_shared_url_that_cannot_be_used_stops_serve_at_start_in_one_line(tmp_path):
+    from tests.test_cli_process import one_error_line, stbproxy
+
+    nothing_there = free_port()
+    with RedisProcess(tmp_path / "auth", "--requirepass", "right-pw-7") as server:
+        where = f"127.0.0.1:{server.port}"
+        cases = [  # (URL, what the line says after the masked URL)
+            (f"redis://:right-pw-7@{where}/99", "the server has no database 99"),
+            (f"redis://:wrong-pw-7@{where}/0", "the server refused the user name or password"),
+            (f"redis://{where}/0", "the server wants a password and the URL gives none"),
+            (f"redis://:right-pw-7@127.0.0.1:{nothing_there}/0",
+             f"nothing listens at 127.0.0.1:{nothing_there} (connection refused)"),
+            # .invalid never resolves (RFC 6761): the resolver answers at once
+            ("redis://:right-pw-7@no-such-host.invalid:6379/0", "unknown host no-such-host.invalid"),
+        ]
+
+        def start(numbered):
+            index, (url, _) = numbered
+            began = time.monotonic()
+            result = stbproxy("serve", "--port", "0", "--store", str(tmp_path / f"store-{index}"), "--shared", url)
+            return result, time.monotonic() - began
+
+        stbproxy("env")  # the CA exists before the cases start side by side
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            results = list(pool.map(start, enumerate(cases)))
+    for (url, reason), (result, seconds) in zip(cases, results):
+        line = one_error_line(result)  # also: nothing that looks ready
+        assert line.startswith(f"stbproxy: error: shared tier {redact_shared_url(url)}: {reason}"), line
+        assert line.endswith("fix --shared or $STBPROXY_SHARED") and "pw-7" not in line, line
+        assert seconds < 20, (url, seconds)  # start-up included; a retried URL would never end
+    assert not any(path.name.startswith("store-") for path in tmp_path.iterdir())  # refused before the store opened
+
+
+@pytest.mark.integration
+def test_a_shared_tier_that_goes_away_after_start_is_waited_out(tmp_path, upstream):
+    with RedisProcess(tmp_path / "redis") as server, ServeProcess(tmp_path / "s", "--shared", server.url) as proxy:
+        with requests.Session() as client:
+            client.trust_env = False
+            before = client.get(upstream.url("/echo?n=1"), proxies={"http": proxy.url})
+            server.kill()
+            during = client.get(upstream.url("/echo?n=2"), proxies={"http": proxy.url})
+            server.start()
+            deadline = time.monotonic() + 20
+            while redis_keys(server) < 1 and time.monotonic() < deadline:  # the kept write is pushed
+                time.sleep(0.1)
+            pushed = redis_keys(server)
+        assert proxy.process.poll() is None  # still serving
+    assert [before.headers["X-Stb-Source"], during.headers["X-Stb-Source"]] == ["upstream", "upstream"]
+    assert pushed >= 1
+    assert any("is away" in line for line in proxy.output) and any("is back" in line for line in proxy.output)
+
+
+def redis_keys(server: RedisProcess) -> int:
+    return int(server.cli("dbsize").strip() or 0)

@@ -18,10 +18,14 @@ def shared_option(func):
         "--shared",
         default=None,
         metavar="URL",
-        envvar=["STBPROXY_SHARED_URL", "REDIS_URL"],
+        # shared_store.ENV_VARS (not imported: redis loads only when a tier is used); never
+        # REDIS_URL, which is often set for other programs
+        envvar=["STBPROXY_SHARED", "STBPROXY_SHARED_URL"],
         show_envvar=True,
         help="A shared store tier on Redis / Valkey, behind the local store: redis://[user:pass@]host:port/db, "
-             "rediss://... (TLS), or redis+cluster://host:port,host:port (Redis Cluster). See docs/scale.md.",
+             "rediss://... (TLS), or redis+cluster://host:port,host:port (Redis Cluster). Only this option or "
+             "$STBPROXY_SHARED ($STBPROXY_SHARED_URL, its older name) attach one; $REDIS_URL is ignored. "
+             "See docs/scale.md.",
     )(func)
 
 
@@ -148,7 +152,7 @@ def sync(store, shared, do_push, do_pull):
     \b
     Examples:
       stbproxy sync --push --shared redis://cache.internal:6379/0   # seed a new fleet
-      stbproxy sync --pull --shared "$REDIS_URL"                    # warm a new machine
+      stbproxy sync --pull --shared "$STBPROXY_SHARED"              # warm a new machine
     """
     from tqdm import tqdm
 
@@ -157,7 +161,7 @@ def sync(store, shared, do_push, do_pull):
     from stbproxy.store import Store
 
     if not shared:
-        fail("give the shared tier: --shared URL (or STBPROXY_SHARED_URL / REDIS_URL)")
+        fail("give the shared tier: --shared URL (or $STBPROXY_SHARED)")
     if not (do_push or do_pull):
         fail("give --push, --pull or both")
     catalog = catalog_path_for(store)

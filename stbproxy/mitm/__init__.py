@@ -166,7 +166,7 @@ class StbAddon:
         loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
         loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
         loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
-        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED_URL or $REDIS_URL).")
+        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
         loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
         loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
         loader.add_option("stb_allow_hosts", Sequence[str], [], "Destination host globs always allowed (they win over stb_deny_hosts and the private-address rule).")
