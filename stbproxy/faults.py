@@ -169,13 +169,15 @@ def parse_fault_spec(text: str) -> FaultRule:
     spec = text.strip()
     parts = [part.strip() for part in spec.split(",")]
     if not spec:
-        raise ConfigError(f"empty fault spec; {_GRAMMAR_HINT}")
+        raise ConfigError(f"empty fault spec {text!r}: it names no failure; {_GRAMMAR_HINT}")
     if any(not part for part in parts):
         raise _bad(spec, spec, "has an empty part between commas")
     head, _, value = parts[0].partition("=")
     try:
         kind = FaultKind(head.strip().lower())
     except ValueError:
+        if head.strip().lower() in _SCOPES:  # "p=0.5" alone: where and how often, but not what
+            raise _bad(spec, parts[0], "is a scope, not a fault kind: a spec starts with the failure") from None
         raise _bad(spec, parts[0], "is not a fault kind") from None
     value = value.strip()
     has_value = "=" in parts[0]
@@ -293,6 +295,15 @@ class Decision:
 NO_FAULT = Decision()
 
 
+def _rules_of(spec: str) -> list[FaultRule]:
+    """The rules of one spec (``;`` separates them). An empty rule is refused, not skipped:
+    ``--faults ''`` or ``"$A;$B"`` with B unset would otherwise run without the faults asked for."""
+    parts = spec.split(";")
+    if len(parts) > 1 and any(not part.strip() for part in parts):
+        raise ConfigError(f"bad fault spec {spec!r}: it has an empty rule between semicolons; {_GRAMMAR_HINT}")
+    return [parse_fault_spec(part) for part in parts]
+
+
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
     rules: tuple[FaultRule, ...] = ()
@@ -305,8 +316,7 @@ class FaultPlan:
             specs = ()
         elif isinstance(specs, str):
             specs = (specs,)
-        rules = [parse_fault_spec(part) for spec in specs for part in spec.split(";") if part.strip()]
-        return cls(tuple(rules), seed)
+        return cls(tuple(rule for spec in specs for rule in _rules_of(spec)), seed)
 
     def __bool__(self) -> bool:
         return bool(self.rules)

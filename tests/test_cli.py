@@ -89,6 +89,9 @@ def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
 
 @pytest.mark.parametrize("args,line", [
     (["--faults", "status=999"], "stbproxy: error: --faults: bad fault spec 'status=999'"),
+    (["--faults", ""], "stbproxy: error: --faults: empty fault spec '': it names no failure"),
+    (["--faults", "down=0.1", "--faults", ";"], "stbproxy: error: --faults: bad fault spec ';': it has an empty rule"),
+    (["--faults", "p=0.5"], "stbproxy: error: --faults: bad fault spec 'p=0.5': 'p=0.5' is a scope, not a fault kind"),
     (["--mode", "replay", "--refresh-simulated"],
      "stbproxy: error: --refresh-simulated: refreshing simulated answers needs mode virtual"),
     (["--session", "../x"], "stbproxy: error: --session: session name '../x' must use only"),

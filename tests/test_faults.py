@@ -60,6 +60,8 @@ def test_every_allowed_status_parses(code):
         ("", "empty fault spec"),
         ("   ", "empty fault spec"),
         ("explode", "'explode' is not a fault kind"),
+        ("p=0.5", "'p=0.5' is a scope, not a fault kind"),
+        ("tool=weather*", "'tool=weather*' is a scope, not a fault kind"),
         ("status=418", "'status=418' is not an allowed status code"),
         ("status=abc", "'status=abc' is not an allowed status code"),
         ("status", "'status' needs a value"),
@@ -102,6 +104,19 @@ def test_from_specs_accepts_repeats_semicolons_and_a_single_string():
     assert not FaultPlan.from_specs(None) and not FaultPlan.from_specs([])
     with pytest.raises(ConfigError, match="'status=999' is not an allowed"):
         FaultPlan.from_specs(["down=0.1", "status=999"])
+
+
+@pytest.mark.parametrize("specs, message_part", [
+    ([""], "empty fault spec ''"),
+    (["down=0.1", "  "], "empty fault spec '  '"),
+    ([";"], "bad fault spec ';': it has an empty rule between semicolons"),
+    (["status=503;"], "bad fault spec 'status=503;': it has an empty rule"),
+    (["timeout; ;latency=10ms"], "empty rule between semicolons"),
+])
+def test_from_specs_refuses_a_spec_that_names_no_failure(specs, message_part):
+    with pytest.raises(ConfigError) as info:
+        FaultPlan.from_specs(specs)
+    assert message_part in str(info.value) and "status=CODE" in str(info.value)
 
 
 def test_describe_lists_rules_and_seed():
