@@ -16,13 +16,16 @@ same engine, in milliseconds. Either way a request the cassette does not hold fa
 test (not its teardown), naming the closest recorded request and how it differs.
 ``pytest --stb-record`` records stb_proxy cassettes again instead: the proxy runs in
 record mode (or virtual, with the simulator, per ``--stb-record-mode``) and the test's
-session is exported over the cassette when the test ends.
+session is exported over the cassette when the test ends. Options of that ``stbproxy serve``
+(``--upstream-ca ca.pem``, ``--upstream-timeout 60``) go in the ``stb_serve_args`` ini option
+or ``pytest --stb-serve-args "..."``; they are appended to the fixture's own arguments.
 Registered through the ``pytest11`` entry point, so installing stbproxy enables it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -63,11 +66,17 @@ def pytest_addoption(parser) -> None:
     group.addoption("--stb-record-mode", choices=("record", "virtual"), default="record",
                     help="How --stb-record reaches APIs: record (always the real API) or virtual (store, "
                          "real API, else the simulator).")
+    group.addoption("--stb-serve-args", default="", metavar="ARGS",
+                    help="More arguments for the `stbproxy serve` the stb_proxy fixture starts, as a shell would "
+                         "split them (e.g. \"--upstream-ca ca.pem\"); after those of the stb_serve_args ini option.")
     parser.addini("stb_cassette_dir", "Folder of stb_cassette cassettes, relative to the rootdir.", default="cassettes")
+    parser.addini("stb_serve_args", "More arguments for the `stbproxy serve` the stb_proxy fixture starts "
+                  "(e.g. --upstream-ca ca.pem).", type="args", default=[])
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "stb_cassette(name): replay <stb_cassette_dir>/<name>.yaml through stbproxy")
+    serve_args(config)  # arguments that cannot be split stop the run at once, not each test
 
 
 @pytest.hookimpl(wrapper=True)
@@ -137,7 +146,7 @@ def stb_proxy(request, tmp_path_factory):
         pytest.fail(f"no cassette {cassette}: record it with `pytest --stb-record`", pytrace=False)
     else:
         args = ["--cassette", str(cassette), "--ordered", "--report", str(report)]
-    with ServeProcess(store, *args) as process:
+    with ServeProcess(store, *args, *serve_args(request.config)) as process:
         proxy = StbProxy(process.url, process.client_env(), cassette, recording, process, report)
         yield proxy
     if recording:
@@ -146,6 +155,15 @@ def stb_proxy(request, tmp_path_factory):
     problems = proxy.finish()  # the call phase has checked already, unless it never ran
     if problems:
         pytest.fail(problems, pytrace=False)
+
+
+def serve_args(config) -> list[str]:
+    """The user's own serve arguments, ini first: they come after the fixture's, so a
+    repeated option such as --mode is the user's."""
+    try:
+        return [*config.getini("stb_serve_args"), *shlex.split(config.getoption("--stb-serve-args"))]
+    except ValueError as exc:  # an unclosed quote
+        raise pytest.UsageError(f"--stb-serve-args cannot be split as a shell would: {exc}") from None
 
 
 def _export(store: Path, session: str, cassette: Path) -> None:

@@ -1,5 +1,6 @@
 """The pytest plugin seen from a user's test suite (pytest's own pytester runs it)."""
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -66,3 +67,40 @@ def test_unrecorded_request_fails_the_test_with_the_closest_and_its_diff(pyteste
     # Misses fail the tests themselves (never their teardown); a missing cassette fails the setup.
     result.assert_outcomes(passed=1, failed=3, errors=1)
     assert "error at teardown" not in output.lower()
+
+
+HTTPS_USER_TEST = '''
+import os, subprocess, sys
+
+AGENT = "import requests, sys; r = requests.get(sys.argv[1], timeout=20); print(r.status_code, r.headers.get('X-Stb-Source'))"
+
+def test_https_api(stb_proxy):
+    out = subprocess.run([sys.executable, "-c", AGENT, {url!r}], env={{**os.environ, **stb_proxy.env}},
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["200", "upstream"], out.stdout + out.stderr
+'''
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["ini", "command line"])
+def test_serve_arguments_reach_the_proxy_the_fixture_starts(pytester, tls_upstream, test_ca, how):
+    """An HTTPS API signed by a private CA records only when serve gets --upstream-ca: without
+    it the proxy cannot verify the API and answers an error instead of the API's answer."""
+    pytester.makepyfile(test_user=HTTPS_USER_TEST.format(url=tls_upstream.url("/api/forecast?city=Oslo")))
+    serve_args = f"--upstream-ca {shlex.quote(str(test_ca.ca_file))}"
+    if how == "ini":
+        pytester.makeini(f"[pytest]\nstb_serve_args = {serve_args}\n")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-record", timeout=120)
+    else:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-record",
+                                               f"--stb-serve-args={serve_args}", timeout=120)
+    result.assert_outcomes(passed=1)
+    recorded = (pytester.path / "cassettes" / "test_https_api.yaml").read_text()
+    assert "code: 200" in recorded and "/api/forecast?city=Oslo" in recorded
+
+
+def test_serve_arguments_that_cannot_be_split_stop_the_run(pytester):
+    pytester.makepyfile(test_user="def test_nothing(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-serve-args=--upstream-ca 'ca.pem")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--stb-serve-args cannot be split as a shell would" in result.stderr.str()
