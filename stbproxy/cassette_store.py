@@ -143,13 +143,17 @@ def describe_miss(miss: dict) -> list[str]:
 
 def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
     """The stored exchanges a session's log points at, in its order, and a line for each
-    record whose answer is gone (forgotten) or damaged (left out)."""
+    record whose answer is gone (forgotten), damaged, or that never had one (a call the
+    proxy could not make: source ``error``), all left out."""
     out: list[Exchange] = []
     skipped: list[str] = []
     for record in db.session_records(name):
         key = record.get("key") or ""
         # A compact record names its request only through the stored exchange it points at.
         where = f"#{record.get('seq')} " + (f"{record['method']} {record['url']}" if record.get("url") else key)
+        if record.get("source") == "error":
+            skipped.append(f"{where}: no answer (the proxy could not reach the API: {record.get('error') or '?'})")
+            continue
         try:
             exchange = db.get(key) if key else None
         except StbError as exc:

@@ -17,8 +17,9 @@ import base64
 import hashlib
 import re
 import time
-from dataclasses import asdict, dataclass
-from urllib.parse import quote, unquote
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from urllib.parse import quote, unquote, urlsplit
 
 from stbproxy.models import Headers, header_value
 
@@ -139,3 +140,45 @@ def expand_record(stored: dict, seq: int) -> dict:
     """A record as the store returns it: every field named (None where a compact record
     refers to its stored exchange instead), and its sequence number."""
     return {"seq": seq, "method": None, "url": None, "status": None, **stored}
+
+
+@dataclass
+class SessionTally:
+    """Counts over session records: calls by source, hits by the origin of the answer they
+    served, and calls that got no answer (source ``error``) by what failed and where."""
+
+    by_source: Counter = field(default_factory=Counter)
+    hits_by_origin: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)  # (kind, host) -> calls
+    first: float | None = None
+    last: float | None = None
+
+    def add(self, record: dict) -> None:
+        source = record.get("source", "?")
+        self.by_source[source] += 1
+        if source == "cache":
+            self.hits_by_origin[record.get("origin") or "unrecorded"] += 1  # records older than origins
+        elif source == "error":
+            self.errors[(record.get("error") or "unknown", _host(record.get("url") or ""))] += 1
+        moment = record.get("time")
+        if moment is not None:
+            self.first = moment if self.first is None else min(self.first, moment)
+            self.last = moment if self.last is None else max(self.last, moment)
+
+    @property
+    def calls(self) -> int:
+        return sum(self.by_source.values())
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Cache answers among all answers but passthrough ones (an agent's own LLM calls,
+        never served from the store), as StableToolBench reports its hit rates."""
+        served = self.calls - self.by_source.get("passthrough", 0)
+        return self.by_source.get("cache", 0) / served if served else None
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).netloc.rpartition("@")[2] or "?"
+    except ValueError:
+        return "?"

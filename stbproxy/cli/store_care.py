@@ -16,6 +16,7 @@ LOGGED_KINDS = {
     "passthrough": "passed through (not served from the store)",
     "invalid": "invalid real answers (kept for the record)",
     "simulated-error": "failed simulations",
+    "unavailable": "real API unavailable, no simulator on",
     "injected": "injected faults",
     "miss": "replay misses",
     "upstream": "record-mode answers kept for their session",
@@ -27,12 +28,13 @@ LOGGED_KINDS = {
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Hosts to list.")
 @click.option("--errors", is_flag=True,
-              help="The failure taxonomy of real API answers (success, not available and its kinds, "
-                   "not authorised), as counts and shares; failures injected with --faults are counted "
-                   "apart, by rule.")
+              help="The failure taxonomy of real API calls (success, not available and its kinds, "
+                   "not authorised), as counts and shares, connection failures included; TLS set-up "
+                   "errors (a configuration to fix) and failures injected with --faults are counted apart.")
 @shared_option
 def stats(store, as_json, top, errors, shared):
-    """Entries by source and by host, simulator use, and the store's size.
+    """Entries by origin and by host, calls by source with hits by origin, simulator use,
+    and the store's size.
 
     Works while a proxy runs (the store is opened read-only).
     """
@@ -42,15 +44,17 @@ def stats(store, as_json, top, errors, shared):
     try:
         with Store(store, readonly=True) as db:
             result = db.stats(meta_fields=("failure", "fault"), sum_fields=("prompt_tokens", "completion_tokens"))
+            calls = _tally(db)
         fleet = shared_summary(shared) if shared else None
     except StbError as exc:
         fail(str(exc))
     failed = read_status(store) or {}  # writes the store refused (a full disk), kept beside it
     if errors:
-        _print_taxonomy(result.meta["failure"], result.meta["fault"], as_json)
+        _print_taxonomy(result.meta["failure"], result.meta["fault"], calls.errors, as_json)
         return
     if as_json:
-        click.echo(json.dumps({"store": str(store), **result.to_dict(), "failed_writes": failed.get("failed_writes", 0),
+        click.echo(json.dumps({"store": str(store), **result.to_dict(), "calls": _tally_dict(calls),
+                               "failed_writes": failed.get("failed_writes", 0),
                                **({"shared": fleet} if fleet else {})}, indent=2))
         return
     if fleet:
@@ -62,8 +66,10 @@ def stats(store, as_json, top, errors, shared):
                    f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
-    _print_table("source", result.by_source.most_common(), result.entries)
+    _print_table("entries by origin", result.by_source.most_common(), result.entries)
     _print_table("host", result.by_host.most_common(top), result.entries)
+    _print_table("calls by source (session logs)", calls.by_source.most_common(), calls.calls)
+    _print_table("hits by origin", calls.hits_by_origin.most_common(), sum(calls.hits_by_origin.values()))
     logged = [(f"{kind}: {LOGGED_KINDS[kind]}" if kind in LOGGED_KINDS else kind, n)
               for kind, n in result.logged.most_common()]
     _print_table("logged (never served)", logged, sum(result.logged.values()))
@@ -78,20 +84,53 @@ def stats(store, as_json, top, errors, shared):
                    "('stbproxy forget --faulted' removes the simulated ones)")
 
 
-def _print_taxonomy(counts, faults, as_json: bool) -> None:
-    """Real answers by failure kind; failures injected on purpose apart, by rule."""
-    from stbproxy.validity import taxonomy_table
+def _tally(db):
+    """Every session record of the store, counted (sessions.SessionTally)."""
+    from stbproxy.sessions import SessionTally
 
+    tally = SessionTally()
+    for name in db.session_names():
+        for record in db.session_records(name):
+            tally.add(record)
+    return tally
+
+
+def _tally_dict(tally) -> dict:
+    return {"total": tally.calls, "by_source": dict(tally.by_source.most_common()),
+            "hits_by_origin": dict(tally.hits_by_origin.most_common()), "hit_rate": tally.hit_rate}
+
+
+def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
+    """Real API calls by failure kind: stored answers by their taxonomy, and calls that got
+    no answer (a record-mode connection failure: not connected). TLS set-up errors and
+    failures injected on purpose apart."""
+    from collections import Counter
+
+    from stbproxy.validity import FailureKind, taxonomy_table
+
+    counts = Counter(counts)
+    configuration: Counter = Counter()
+    for (kind, host), n in errors.items():
+        if kind == "tls":
+            configuration[host] += n
+        else:
+            counts[FailureKind.NOT_CONNECTED.value] += n
     rows = taxonomy_table(counts)
     injected = {"total": sum(faults.values()), "by_rule": dict(faults.most_common())}
+    tls = {"total": sum(configuration.values()), "by_host": dict(configuration.most_common())}
     if as_json:
         real = [{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share} for r in rows]
-        click.echo(json.dumps({"real": real, "injected": injected}, indent=2))
+        click.echo(json.dumps({"real": real, "tls_errors": tls, "injected": injected}, indent=2))
         return
     click.echo(f"{'kind':<22} {'count':>8} {'share':>7}")
     for row in rows:
         kind = str(getattr(row.kind, "value", row.kind))
         click.echo(f"{kind:<22} {row.count:>8} {100 * row.share:>6.1f}%")
+    if tls["total"]:
+        click.echo(f"\nTLS set-up errors (fix with --upstream-ca or --upstream-insecure; not counted above): "
+                   f"{tls['total']}")
+        for host, n in tls["by_host"].items():
+            click.echo(f"  {host:<38} {n:>8}")
     click.echo(f"\ninjected (--faults, not real failures, not counted above): {injected['total']}")
     for rule, n in injected["by_rule"].items():
         click.echo(f"  {rule:<38} {n:>8}")
@@ -115,10 +154,12 @@ def _print_table(title: str, rows, total: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @shared_option
 def sessions(store, as_json, shared):
-    """Sessions with their answers by source and cache hit rate (works while a proxy runs).
+    """Sessions with their answers by source, hits by origin and cache hit rate (works while
+    a proxy runs).
 
     The hit rate counts cache answers among all answers but passthrough ones (an agent's
-    own LLM calls), as StableToolBench reports its cache hit rates.
+    own LLM calls, counted apart), as StableToolBench reports its cache hit rates. Hits are
+    counted by the origin of the answer they served (upstream, simulated, imported, ...).
     """
     try:
         with open_reader(store, shared) as db:
@@ -133,24 +174,25 @@ def sessions(store, as_json, shared):
         return
     sources = sorted({source for row in rows for source in row["by_source"]})
     width = max(len("session"), *(len(row["name"]) for row in rows))
-    click.echo(f"{'session':<{width}}  {'calls':>6}  " + "  ".join(f"{s:>11}" for s in sources) + "  hit rate")
+    click.echo(f"{'session':<{width}}  {'calls':>6}  " + "  ".join(f"{s:>11}" for s in sources)
+               + "  hit rate  hits by origin")
     for row in rows:
         counts = "  ".join(f"{row['by_source'].get(s, 0):>11}" for s in sources)
         rate = "-" if row["hit_rate"] is None else f"{100 * row['hit_rate']:.1f}%"
-        click.echo(f"{row['name']:<{width}}  {row['calls']:>6}  {counts}  {rate:>8}")
+        origins = ", ".join(f"{origin} {n}" for origin, n in row["hits_by_origin"].items()) or "-"
+        click.echo(f"{row['name']:<{width}}  {row['calls']:>6}  {counts}  {rate:>8}  {origins}")
 
 
 def _session_summary(name: str, records) -> dict:
-    from collections import Counter
+    from stbproxy.sessions import SessionTally
 
-    by_source, first, last = Counter(), None, None
+    tally = SessionTally()
     for record in records:
-        by_source[record["source"]] += 1
-        first = record["time"] if first is None else first
-        last = record["time"]
-    served = sum(n for source, n in by_source.items() if source != "passthrough")
-    return {"name": name, "calls": sum(by_source.values()), "by_source": dict(by_source),
-            "hit_rate": by_source.get("cache", 0) / served if served else None, "first": first, "last": last}
+        tally.add(record)
+    return {"name": name, "calls": tally.calls, "by_source": dict(tally.by_source),
+            "hits_by_origin": dict(tally.hits_by_origin.most_common()),
+            "passthrough": tally.by_source.get("passthrough", 0), "hit_rate": tally.hit_rate,
+            "first": tally.first, "last": tally.last}
 
 
 # -- forget ---------------------------------------------------------------------------------
