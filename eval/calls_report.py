@@ -1,10 +1,13 @@
 """Reports of call-level metrics (calls.py): the table, the run folder, per-query details.
 
 A run folder holds ``summary.json`` (every figure, and the queries listed by what became
-of them), ``table.md`` / ``table.csv`` (the table printed) and ``details/<group>/<query
-id>.json``: per query, each reference call beside the run's call at the same position,
-with the parts that differ, the order-free misses with the closest call the run had
-left, and the run's extra calls.
+of them), ``table.md`` (the table, then every query not scored or whose calls differ, one
+line each), ``table.csv`` (the table) and ``details/<group>/<query id>.json``: per query,
+each reference call beside the run's call at the same position, with the parts that
+differ, the order-free misses with the closest call the run had left, and the run's extra
+calls. What is printed is the table and how many queries each list holds; the lists
+themselves only when asked (``verbose``), since a run over the published ids can list
+hundreds of queries.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from .report import SUMMARY, cell, markdown, ordered_groups, to_csv
 
 HEADER = ["Group", "Queries", "Scored", "Reference calls", "Run calls", "Call accuracy", "Order-free", "ROUGE-L",
           "No run", "No reference"]
-MAX_LISTED = 40  # query ids printed per list; all of them are in summary.json
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -77,14 +79,22 @@ def table(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return HEADER, rows
 
 
-def render(data: dict[str, Any]) -> str:
-    """The table, then the queries that were not scored and those whose calls differ."""
+LISTS = (("no_run", "No run"), ("no_reference", "No reference"), ("mismatched", "Calls differ (see details/)"))
+
+
+def render(data: dict[str, Any], *, per_query: bool = True) -> str:
+    """The table, then the queries that were not scored and those whose calls differ: each
+    one on its line with ``per_query``, else how many there are."""
     parts = [f"Calls of {data['run']} against {data['reference']} (%)\n\n" + markdown(*table(data))]
-    for key, title in (("no_run", "No run"), ("no_reference", "No reference"),
-                       ("mismatched", "Calls differ (see details/)")):
+    counts = []
+    for key, title in LISTS:
         listed = [(g["group"], item) for g in data["groups"] for item in g[key]]
-        if listed:
+        if listed and per_query:
             parts.append(f"{title}: {len(listed)} queries\n" + _list(listed))
+        elif listed:
+            counts.append(f"{title}: {len(listed)} queries")
+    if counts:
+        parts.append("\n".join(counts))
     unreadable = data["overall"]["unreadable_reference_calls"]
     if unreadable:
         parts.append(f"{unreadable} reference calls have arguments cut short in the source; "
@@ -94,7 +104,7 @@ def render(data: dict[str, Any]) -> str:
 
 def _list(items: list[tuple[str, Any]]) -> str:
     lines = []
-    for group, item in items[:MAX_LISTED]:
+    for group, item in items:
         if "reason" in item:
             lines.append(f"  {group} {item['query_id']}: {item['reason']}")
             continue
@@ -102,8 +112,6 @@ def _list(items: list[tuple[str, Any]]) -> str:
         more = item["mismatched_calls"] - 1
         lines.append(f"  {group} {item['query_id']}, call {item['position']} {item['api']}: {d['part']}: "
                      f"reference {d['reference']!r}, got {d['got']!r}" + (f" (and {more} more)" if more else ""))
-    if len(items) > MAX_LISTED:
-        lines.append(f"  ... and {len(items) - MAX_LISTED} more (all in {SUMMARY})")
     return "\n".join(lines)
 
 
@@ -136,14 +144,18 @@ def query_detail(q: QueryCalls) -> dict[str, Any]:
     }
 
 
-def write(folder: str | Path, result: CallsResult) -> str:
-    """Write the run folder; return the text printed on standard output."""
+def write(folder: str | Path, result: CallsResult, *, verbose: bool = False) -> str:
+    """Write the run folder; return the text printed on standard output: every listed
+    query with ``verbose``, else their counts and where they are listed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     data = summary(result)
     (folder / SUMMARY).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     text = render(data)
     (folder / "table.md").write_text(text, encoding="utf-8")
+    brief = render(data, per_query=False)
+    if not verbose and brief != text:
+        text = brief + f"\nEach of those queries is listed in {folder / 'table.md'} (or printed with -v).\n"
     (folder / "table.csv").write_text(to_csv(*table(data)), encoding="utf-8")
     for g in result.groups:
         details = {q.query_id: query_detail(q) for q in g.results}

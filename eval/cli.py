@@ -412,9 +412,12 @@ Example:
 @click.option("--volatile-field", "volatile", multiple=True,
               help="An argument never compared, like a timestamp (repeatable); secret fields never are.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print each query not scored or whose calls differ, one line each "
+                   "[default: how many; table.md in --out lists them].")
 @_handle_errors
 def calls_cmd(answers: str, reference: str, ids: Path, out: Path, queries: tuple[Path, ...],
-              volatile: tuple[str, ...], seed: int) -> None:
+              volatile: tuple[str, ...], seed: int, verbose: bool) -> None:
     """Call accuracy (in order and in any order) and ROUGE-L against a reference run; no judge."""
     result = calls.compare_runs(calls.load_side(answers, seed=seed, queries=queries),
                                 calls.load_side(reference, seed=seed, queries=queries), load_ids(ids),
@@ -422,4 +425,4 @@ def calls_cmd(answers: str, reference: str, ids: Path, out: Path, queries: tuple
                                 left_out=calls.left_out_fields(volatile))
     for problem in result.problems:
         click.echo(f"warning: {problem}", err=True)
-    click.echo(calls_report.write(out, result), nl=False)
+    click.echo(calls_report.write(out, result, verbose=verbose), nl=False)

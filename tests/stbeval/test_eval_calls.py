@@ -128,7 +128,8 @@ def test_changed_arguments_in_3_of_12_queries_give_75_with_those_3_named(pipelin
         qid: with_arguments(raw, first_call(raw)[0], CHANGED[qid]) if qid in CHANGED else raw
         for qid, raw in raws.items()})
     out = tmp_path / "run"
-    result = run_calls("--answers", folder, "--reference", reference, "--ids", ids_file(tmp_path, raws), "--out", out)
+    result = run_calls("--answers", folder, "--reference", reference, "--ids", ids_file(tmp_path, raws), "--out", out,
+                       "-v")
     assert result.exit_code == 0, result.output
     # 12 reference calls, one per query; 9 made the same way. Final answers are unchanged.
     assert row(result.stdout) == [GROUP, "12", "12", "12", "12", "75.0", "75.0", "100.0", "0", "0"]
@@ -184,7 +185,7 @@ def test_missing_queries_are_counted_apart_never_as_zero(pipeline, tmp_path):
     reference = write_run(tmp_path / "reference", {q: r for q, r in raws.items() if q != "1073"})
     out = tmp_path / "out"
     result = run_calls("--answers", run, "--reference", reference, "--ids", ids_file(tmp_path, [*raws, "999"]),
-                       "--out", out)
+                       "--out", out, "--verbose")
     assert result.exit_code == 0, result.output
     # 13 ids: 588 has no run, 1073 no reference, 999 neither; the 10 others are scored, all matching.
     assert row(result.stdout) == [GROUP, "13", "10", "10", "10", "100.0", "100.0", "100.0", "2", "2"]
@@ -199,9 +200,27 @@ def test_an_unreadable_answer_file_is_a_missing_query_with_its_reason(pipeline, 
     folder, raws = pipeline
     run = write_run(tmp_path / "run_answers", raws)
     (run / GROUP / "588_CoT@1.json").write_text("{not json")
-    result = run_calls("--answers", run, "--reference", folder, "--ids", ids_file(tmp_path, raws), "--out", tmp_path / "o")
+    result = run_calls("--answers", run, "--reference", folder, "--ids", ids_file(tmp_path, raws), "--out", tmp_path / "o",
+                       "-v")
     assert row(result.stdout)[1:3] == ["12", "11"] and row(result.stdout)[8] == "1"
     assert "G1_instruction 588: " in result.stdout and "not valid JSON" in result.stdout
+
+
+def test_queries_are_counted_by_default_and_listed_with_v_or_in_table_md(pipeline, tmp_path):
+    folder, raws = pipeline
+    unknown = [str(n) for n in range(900000, 900060)]  # 60 ids that neither side answered
+    ids = ids_file(tmp_path, [*raws, *unknown])
+    brief = run_calls("--answers", folder, "--reference", folder, "--ids", ids, "--out", tmp_path / "a")
+    assert brief.exit_code == 0, brief.output
+    assert row(brief.stdout)[8:] == ["60", "60"]
+    out = tmp_path / "a"
+    assert brief.stdout.endswith(f"No run: 60 queries\nNo reference: 60 queries\n\n"
+                                 f"Each of those queries is listed in {out / 'table.md'} (or printed with -v).\n")
+    assert "900000" not in brief.stdout and len(brief.stdout.splitlines()) < 20
+    listed = run_calls("--answers", folder, "--reference", folder, "--ids", ids, "--out", tmp_path / "b", "-v")
+    every = [f"  {GROUP} {qid}: no answer" for qid in unknown]
+    assert listed.stdout.count("\n  G1_instruction 9") == 120 and "\n".join(every) in listed.stdout
+    assert (out / "table.md").read_text() == listed.stdout  # the file lists every one, -v or not
 
 
 # --- order, extra calls, ROUGE-L -------------------------------------------------------------
