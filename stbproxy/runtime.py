@@ -28,8 +28,9 @@ from stbproxy.write_failures import WriteFailures, status_path
 log = logging.getLogger("stbproxy")
 
 
-def load_catalog(settings: Settings) -> Catalog | None:
-    path = settings.catalog_path()
+def load_catalog(settings: Settings, path: Path | None = None) -> Catalog | None:
+    """The catalog at ``path`` (default: where the settings say), None when there is none."""
+    path = path or settings.catalog_path()
     if not path.exists():
         if settings.catalog is not None:
             raise ConfigError(f"no catalog file at {path} (create one with 'stbproxy import tools')",
@@ -74,7 +75,8 @@ class Runtime:
             return
         if settings.report is not None:
             check_writable(settings.report, "report")
-        self.catalog = load_catalog(settings)  # before the store: a bad file leaves nothing open
+        self.catalog_file = settings.catalog_path()
+        self.catalog = load_catalog(settings, self.catalog_file)  # before the store: a bad file leaves nothing open
         if settings.cassette is not None:  # the RocksDB store stays untouched
             try:
                 self.store = CassetteStore(settings.cassette, catalog=self.catalog, rules=settings.key_rules(),
@@ -104,7 +106,8 @@ class Runtime:
                                   rapidapi_key=settings.rapidapi_key)
 
     def _open_reader(self, settings: Settings, link: LinkClient) -> None:
-        self.catalog = load_catalog(settings)
+        self.catalog_file = settings.catalog_path()
+        self.catalog = load_catalog(settings, self.catalog_file)
         # The secondary's folder goes in the primary's private folder, which the primary
         # removes when it stops, even after this worker was killed.
         scratch = link.path.parent if link.path is not None else None
@@ -128,7 +131,8 @@ class Runtime:
         simulator answers in virtual mode alone, replay calls no real API), where misses
         go, the shared tier (its password masked), and every fault rule that is on."""
         s = self.settings
-        parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}"]
+        parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}",
+                 self.catalog_description()]
         shared = s.shared_url()
         if shared is not None:
             parts.append(f"shared {shared.redacted}")
@@ -141,6 +145,11 @@ class Runtime:
         if s.faults:
             parts.append(f"FAULTS ON: {'; '.join(s.faults)} (seed {s.fault_seed})")
         return parts
+
+    def catalog_description(self) -> str:
+        if self.catalog is None:
+            return "no catalog"
+        return f"catalog {self.catalog_file} ({len(self.catalog)} APIs)"
 
     async def ready(self) -> None:
         """Wait (bounded) until a shared tier has tried to connect, so the first requests use it."""

@@ -1,7 +1,11 @@
-"""Plain settings shared by the CLI and the mitmproxy addon (no I/O, no option parsing)."""
+"""Plain settings shared by the CLI and the mitmproxy addon (no option parsing). The one
+piece of I/O: ``catalog_path_for`` brings a catalog from its old place into the store."""
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -12,12 +16,16 @@ from stbproxy.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Mode
+from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
 from stbproxy.shared_store import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.validity import AUTO, CHOICES
 
 SIMULATORS = ("auto", "llm", "schema", "off")
+CATALOG_NAME = "catalog.json"
+
+log = logging.getLogger("stbproxy")
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,7 @@ class Settings:
     refresh_simulated: bool = False  # virtual mode: ask the real API again for stored simulated answers
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
-    catalog: Path | None = None  # None: catalog.json beside the store, when it exists
+    catalog: Path | None = None  # None: catalog.json in the store's folder, when it exists
     toolbench_url: str | None = None
     session: str | None = None  # for requests that name none; None: one per run
     cassette: Path | None = None  # replay this cassette instead of the store
@@ -156,8 +164,49 @@ def check_url(url: str | None, setting: str, schemes: tuple[str, ...]) -> None:
 
 
 def catalog_path_for(store: Path) -> Path:
-    """Where `stbproxy import tools` keeps the catalog the proxy loads: beside the store."""
-    return store.parent / "catalog.json"
+    """The catalog `stbproxy import tools` writes and the proxy loads: in the store's own
+    folder, so that stores side by side never share one. RocksDB leaves alone the files
+    whose names are not its own (rocksdict keeps its config file there too). A catalog
+    still in its old place, beside the store, is brought in on first use."""
+    path = Path(store) / CATALOG_NAME
+    old = Path(store).parent / CATALOG_NAME
+    if old.is_file() and not path.exists():
+        return adopt_old_catalog(old, path)
+    return path
+
+
+def adopt_old_catalog(old: Path, new: Path) -> Path:
+    """Move the catalog from beside the store into it; copy it while other stores beside
+    it have none of their own (it is theirs too: the last of them takes it). The path to
+    use: the old one, with a warning, when it cannot be moved."""
+    others = stores_without_catalog(old.parent, besides=new.parent)
+    try:
+        private_dir(new.parent)
+        if others:
+            staged = new.with_name(new.name + ".tmp")
+            shutil.copyfile(old, staged)
+            os.replace(staged, new)  # a reader never sees half a file
+        else:
+            shutil.move(old, new)
+    except OSError as exc:
+        log.warning("catalog %s stays where it is, beside the store: cannot bring it to %s (%s)", old, new,
+                    exc.strerror or exc)
+        return old
+    if others:
+        log.warning("catalog copied from %s to %s (each store keeps its own now; the old one stays for %d "
+                    "other store(s) beside it)", old, new, len(others))
+    else:
+        log.warning("catalog moved from %s to %s (each store keeps its own now)", old, new)
+    return new
+
+
+def stores_without_catalog(folder: Path, *, besides: Path) -> list[Path]:
+    """The stores in ``folder`` other than ``besides`` that have no catalog of their own."""
+    try:
+        children = [child for child in folder.iterdir() if child.name != besides.name and child.is_dir()]
+    except OSError:
+        return []
+    return [child for child in children if (child / "CURRENT").exists() and not (child / CATALOG_NAME).exists()]
 
 
 def parse_temperature(value: str | float) -> float:

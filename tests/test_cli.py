@@ -76,12 +76,12 @@ def test_stats_on_a_missing_store_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and result.output.startswith("stbproxy: error: no store at")
 
 
-def test_import_tools_builds_the_catalog_beside_the_store(tmp_path, stb_data):
+def test_import_tools_builds_the_catalog_in_the_store(tmp_path, stb_data):
     store = tmp_path / "run" / "store"
     queries = stb_data / "solvable_queries" / "test_instruction" / "G1_instruction.json"
     result = invoke("import", "tools", str(queries), "--store", str(store))
     assert result.exit_code == 0, result.output
-    catalog = store.parent / "catalog.json"
+    catalog = store / "catalog.json"
     assert catalog.is_file() and "APIs" in result.output
     again = invoke("import", "tools", str(queries), "--store", str(store))
     assert "(0 new)" in again.output

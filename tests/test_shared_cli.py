@@ -77,7 +77,7 @@ def test_import_and_sync_fill_both_tiers_idempotently(tmp_path, redis_server, st
     third = tmp_path / "m3" / "store"
     fetched = invoke("sync", "--pull", "--store", str(third), "--shared", url)
     assert "catalog fetched" in fetched.output
-    assert (third.parent / "catalog.json").read_bytes() == (first.parent / "catalog.json").read_bytes()
+    assert (third / "catalog.json").read_bytes() == (first / "catalog.json").read_bytes()
 
 
 def test_commands_refuse_a_bad_url_and_an_unreachable_server_without_the_password(tmp_path):

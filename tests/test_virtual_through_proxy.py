@@ -102,7 +102,7 @@ def test_transparent_and_drop_in_virtual_calls_meet_one_entry(tmp_path, stb_data
 
 def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upstream):
     store = tmp_path / "stb" / "store"
-    store.parent.mkdir(parents=True)
+    store.mkdir(parents=True)
     Catalog([
         ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET", url=upstream.url("/api/team"),
                required_parameters=(Param("id"), Param("from")), optional_parameters=(Param("playerId"),)),

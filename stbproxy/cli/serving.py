@@ -80,7 +80,7 @@ from stbproxy.models import Mode
 @click.option("--fault-seed", type=int, default=0, show_default=True,
               help="The same seed fails the same tools and requests on every run and machine.")
 @click.option("--catalog", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Catalog file [default: catalog.json beside the store, written by 'stbproxy import tools'].")
+              help="Catalog file [default: catalog.json in the store's folder, written by 'stbproxy import tools'].")
 @click.option("--toolbench-url", default=None, metavar="URL",
               help="A ToolBench-style server for the real calls behind /virtual "
                    "(else the API's URL from the catalog; a RapidAPI URL only with $STBPROXY_RAPIDAPI_KEY).")

@@ -145,8 +145,8 @@ def sync(store, shared, do_push, do_pull):
     """Copy cache entries and logged records between the local store and the shared tier.
 
     Each side keeps what it holds already, so running it twice copies nothing. The catalog
-    goes along too: --push publishes catalog.json beside the store, --pull fetches the
-    published one when there is none beside the store. Session logs are not copied (a
+    goes along too: --push publishes the store's catalog.json, --pull fetches the
+    published one when the store has none. Session logs are not copied (a
     proxy with --shared appends them to the shared tier as it runs).
 
     \b

@@ -158,7 +158,7 @@ class StbAddon:
         loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
-        loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json beside the store, if present).")
+        loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
         loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
         loader.add_option("stb_simulator", str, "auto", "auto, llm, schema or off (auto: llm when an LLM is configured, else schema).")
         loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
