@@ -49,14 +49,20 @@ class StbProxy:
     process: ServeProcess = field(repr=False)
     report: Path | None = field(default=None, repr=False)
     checked: bool = field(default=False, repr=False)
+    session: str = ""  # recording: the session the test's traffic is logged as
+    problems: str = field(default="", repr=False)
 
     def finish(self) -> str:
-        """Stop the proxy and say which requests the cassette did not answer ("" if none)."""
-        if self.checked or self.recording:
+        """Stop the proxy and say what went wrong ("" if nothing): the requests the cassette
+        did not answer, or, when recording, the calls that got no answer to record. Said once:
+        the call phase reports it, and the teardown only when the call phase never ran."""
+        if self.checked:
             return ""
         self.checked = True
         self.process.stop()
-        return _unanswered_requests(self.report)
+        self.problems = (_failed_calls(self.process.store, self.session) if self.recording
+                         else _unanswered_requests(self.report))
+        return self.problems
 
 
 def pytest_addoption(parser) -> None:
@@ -147,14 +153,14 @@ def stb_proxy(request, tmp_path_factory):
     else:
         args = ["--cassette", str(cassette), "--ordered", "--report", str(report)]
     with ServeProcess(store, *args, *serve_args(request.config)) as process:
-        proxy = StbProxy(process.url, process.client_env(), cassette, recording, process, report)
+        proxy = StbProxy(process.url, process.client_env(), cassette, recording, process, report,
+                         session=safe_session_name(name))
         yield proxy
-    if recording:
-        _export(store, safe_session_name(name), cassette)
-        return
     problems = proxy.finish()  # the call phase has checked already, unless it never ran
     if problems:
         pytest.fail(problems, pytrace=False)
+    if recording and not proxy.problems:  # only a recording whose every call was answered is kept
+        _export(store, proxy.session, cassette)
 
 
 def serve_args(config) -> list[str]:
@@ -172,6 +178,25 @@ def _export(store: Path, session: str, cassette: Path) -> None:
                              "--store", str(store)], capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         pytest.fail(f"could not export the recorded session to {cassette}:\n{result.stderr}", pytrace=False)
+
+
+def _failed_calls(store: Path, session: str) -> str:
+    """A failure message for the recorded calls that got no answer (the API could not be
+    reached, its certificate not verified): a cassette without them would not replay."""
+    from stbproxy.errors import StbError
+    from stbproxy.store import Store
+
+    try:
+        with Store(store, readonly=True) as db:
+            failed = [r for r in db.session_records(session) if r.get("source") == "error"]
+    except StbError as exc:
+        return f"stbproxy could not read the recording: {exc}"
+    if not failed:
+        return ""
+    lines = [f"  {r.get('method')} {r.get('url')}: {r.get('error') or 'no answer'}" for r in failed]
+    return "\n".join([f"the recording is not saved: {len(failed)} call(s) got no answer from the real API "
+                      "(see the proxy's log; a TLS error is fixed with --stb-serve-args=--upstream-ca=FILE):",
+                      *lines])
 
 
 def _unanswered_requests(report: Path) -> str:

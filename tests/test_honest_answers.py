@@ -107,7 +107,8 @@ def test_a_simulated_answer_never_passes_for_a_real_one_later(tmp_path, upstream
 
     # Exported, imported elsewhere and replayed: still simulated.
     cassette = tmp_path / "first.yaml"
-    assert stbproxy("export", "--session", "first", "-o", str(cassette), "--store", str(store)).returncode == 0
+    exported = stbproxy("export", "--session", "first", "-o", str(cassette), "--store", str(store))
+    assert "wrote 4 interactions" in exported.stdout and "(by origin: simulated 2, upstream 2)" in exported.stdout
     assert stbproxy("import", "cassette", str(cassette), "--store", str(again_store)).returncode == 0
     with ProxyProcess(again_store, "--mode", "replay") as proxy:
         replayed = agent(proxy.client_env(), urls)

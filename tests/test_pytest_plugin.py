@@ -104,3 +104,30 @@ def test_serve_arguments_that_cannot_be_split_stop_the_run(pytester):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-serve-args=--upstream-ca 'ca.pem")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--stb-serve-args cannot be split as a shell would" in result.stderr.str()
+
+
+FAILING_RECORDING = '''
+import os, subprocess, sys
+
+AGENT = "import requests, sys; r = requests.get(sys.argv[1], timeout=20); print(r.status_code)"
+
+def test_unreachable_api(stb_proxy):
+    out = subprocess.run([sys.executable, "-c", AGENT, "http://127.0.0.1:9/v1/gone?city=Oslo"],
+                         env={**os.environ, **stb_proxy.env}, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "502"
+'''
+
+
+@pytest.mark.integration
+def test_a_recording_whose_calls_got_no_answer_fails_and_keeps_the_old_cassette(pytester):
+    """The agent copes with the 502 and its test passes, yet what was recorded is no answer:
+    the test fails, naming the URL, and the cassette on disk is left as it was."""
+    pytester.makepyfile(test_user=FAILING_RECORDING)
+    old = pytester.path / "cassettes" / "test_unreachable_api.yaml"
+    old.parent.mkdir()
+    old.write_text("interactions: []\nversion: 1\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-record", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the recording is not saved: 1 call(s) got no answer*",
+                                 "*GET http://127.0.0.1:9/v1/gone?city=Oslo: unreachable*"])
+    assert old.read_text() == "interactions: []\nversion: 1\n"

@@ -69,7 +69,7 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
             skipped.extend(getattr(db, "damaged", ()))  # shared values that do not decode
         total = len(exchanges)
         if exclude_simulated:
-            exchanges = [ex for ex in exchanges if ex.source.value not in ("simulated", "simulated-error")]
+            exchanges = [ex for ex in exchanges if ex.source.value not in MADE_UP]
         if by_conversation:
             return _export_conversations(exchanges, output or Path(safe_session_name(name)), fmt, queries,
                                          name, skipped)
@@ -82,7 +82,19 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
         click.echo(f"  ... and {len(skipped) - 50} more", err=True)
     left_out = f", {total - written} simulated left out" if exclude_simulated else ""
     click.echo(f"wrote {written} interactions to {output}{left_out}"
-               + (f", {len(skipped)} skipped" if skipped else ""))
+               + (f", {len(skipped)} skipped" if skipped else "") + f" (by origin: {_origins(exchanges)})")
+
+
+# Answers the proxy made up because no real one was had: --exclude-simulated leaves them out.
+MADE_UP = frozenset({"simulated", "simulated-error", "unavailable"})
+
+
+def _origins(exchanges) -> str:
+    """How many exported answers came from where (upstream, simulated, imported, ...)."""
+    from collections import Counter
+
+    counts = Counter(ex.source.value for ex in exchanges)
+    return ", ".join(f"{origin} {n}" for origin, n in counts.most_common()) or "none"
 
 
 def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skipped: list[str]) -> None:
@@ -277,9 +289,10 @@ def import_cassette(files, store, session, shared):
                     if isinstance(pair, str):
                         problems.append(f"{path}: {pair}")
                         continue
-                    index, request, response = pair
+                    index, request, response, recorded_source = pair
                     exchange = cassettes.imported_exchange(request, response, catalog=catalog, rules=rules, now=now,
-                                                           meta={"imported_from": path.name, "index": index})
+                                                           meta={"imported_from": path.name, "index": index},
+                                                           recorded_source=recorded_source)
                     if db.put_new(exchange):
                         imported += 1
                     else:
@@ -304,8 +317,9 @@ def import_cassette(files, store, session, shared):
 
 
 def _interactions_of(path: Path, problems: list[str]):
-    """(index, request, response) per usable interaction of a cassette or flow file, and a
-    text per unusable one; a file that cannot be read at all is one problem."""
+    """(index, request, response, the origin it was recorded with) per usable interaction of
+    a cassette or flow file, and a text per unusable one; a file that cannot be read at all
+    is one problem."""
     from stbproxy import cassettes
 
     try:
@@ -324,14 +338,14 @@ def _interactions_of(path: Path, problems: list[str]):
                     url = redact_request(request).url  # a flow file holds the secrets as sent
                     yield f"flow {index}: {request.method} {url}: no response was recorded"
                 else:
-                    yield index, request, response
+                    yield index, request, response, None
             return
         interactions, bad = cassettes.read_cassette(path)
     except StbError as exc:
         problems.append(str(exc))
         return
     for item in interactions:
-        yield item.index, item.request, item.response
+        yield item.index, item.request, item.response, item.source
     for problem in bad:
         yield str(problem)
 
