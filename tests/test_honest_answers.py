@@ -117,3 +117,27 @@ def test_a_simulated_answer_never_passes_for_a_real_one_later(tmp_path, upstream
     with ProxyProcess(tmp_path / "unused", "--cassette", str(cassette)) as proxy:
         played = agent(proxy.client_env(), urls)
     assert [s["x-stb-origin"] for s in played] == ["simulated", "imported"]
+
+
+OPENAI_AGENT = textwrap.dedent("""
+    import json, openai, sys
+    client = openai.OpenAI(base_url=sys.argv[1], api_key="sk-local-test", max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    except openai.NotFoundError as exc:  # what an agent's error handling reads
+        print(json.dumps({"code": exc.code, "type": exc.type, "body": exc.body}))
+""")
+
+
+def test_a_replay_miss_reaches_the_openai_client_with_its_explanation(tmp_path, upstream):
+    store = tmp_path / "store"
+    with ProxyProcess(store, "--mode", "record") as proxy:
+        agent(proxy.client_env(), [upstream.url("/echo")])  # something stored: replay is not refused
+    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        seen = subprocess.run([sys.executable, "-c", OPENAI_AGENT, "http://127.0.0.1:9/v1"],
+                              env={**clean, **proxy.client_env()}, capture_output=True, text=True, timeout=90)
+    assert seen.returncode == 0, seen.stderr
+    error = json.loads(seen.stdout)
+    assert (error["code"], error["type"]) == ("replay_miss", "stbproxy_replay_miss")
+    assert error["body"]["message"].startswith("stbproxy replay: no stored answer for this request")
