@@ -38,7 +38,10 @@ class _Main(OneLineErrors):
 def _eval_group() -> click.Group:
     from stbeval.cli import eval_group  # stbeval never imports the proxy side
 
+    from stbproxy.cli.stability import stability
+
     _sessions_as_answers(eval_group)
+    eval_group.add_command(stability)  # it runs proxies: the proxy side's, attached here
     expose_envvars(eval_group, "STBPROXY_EVAL")
     return eval_group
 
