@@ -2,7 +2,8 @@
 
 The click group lives here; its commands live in modules by theme: serving.py (serve,
 env), store_care.py (stats, sessions, forget), transfer.py (export, import), shared_tier.py
-(sync, and the --shared option of the others); common.py holds what they share. Every option can also be set from the environment:
+(sync, and the --shared option of the others), stability.py (``eval stability``, attached to
+the evaluation package's group); common.py holds what they share. Every option can also be set from the environment:
 ``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
 the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
 """
