@@ -14,7 +14,7 @@ LAYERS = {
     "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1,
     "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
     "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
-    "forgetting": 2, "stability_queries": 2,
+    "forgetting": 2, "stability_queries": 2, "provenance": 2,
     "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
     "private_files": 3, "trust_bundle": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
     "engine": 4, "worker_link": 4, "reader_engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
