@@ -7,8 +7,11 @@ import datetime
 import gzip
 import ipaddress
 import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -225,3 +228,13 @@ class TestCA:
 
 # One way to start `stbproxy serve` everywhere: the package's own runner.
 ProxyProcess = ServeProcess
+
+
+def run_client(script: str, argument, env: dict[str, str]):
+    """Run a client script (python -c) with the proxy environment ``env`` and nothing of the
+    caller's own proxy settings; its JSON output, once it exited cleanly."""
+    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(argument)], env={**clean, **env},
+                            capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

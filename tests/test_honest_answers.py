@@ -5,7 +5,6 @@ user runs after (stats, sessions, export, import)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.servers import ProxyProcess
+from tests.servers import ProxyProcess, run_client
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +31,7 @@ AGENT = textwrap.dedent("""
 
 
 def agent(env: dict[str, str], urls: list[str]) -> list[dict]:
-    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
-    result = subprocess.run([sys.executable, "-c", AGENT, json.dumps(urls)], env={**clean, **env},
-                            capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_client(AGENT, urls, env)
 
 
 def stbproxy(*args: str) -> subprocess.CompletedProcess:
@@ -121,7 +116,7 @@ def test_a_simulated_answer_never_passes_for_a_real_one_later(tmp_path, upstream
 
 OPENAI_AGENT = textwrap.dedent("""
     import json, openai, sys
-    client = openai.OpenAI(base_url=sys.argv[1], api_key="sk-local-test", max_retries=0, timeout=20)
+    client = openai.OpenAI(base_url=json.loads(sys.argv[1]), api_key="sk-local-test", max_retries=0, timeout=20)
     try:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     except openai.NotFoundError as exc:  # what an agent's error handling reads
@@ -133,11 +128,7 @@ def test_a_replay_miss_reaches_the_openai_client_with_its_explanation(tmp_path, 
     store = tmp_path / "store"
     with ProxyProcess(store, "--mode", "record") as proxy:
         agent(proxy.client_env(), [upstream.url("/echo")])  # something stored: replay is not refused
-    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
     with ProxyProcess(store, "--mode", "replay") as proxy:
-        seen = subprocess.run([sys.executable, "-c", OPENAI_AGENT, "http://127.0.0.1:9/v1"],
-                              env={**clean, **proxy.client_env()}, capture_output=True, text=True, timeout=90)
-    assert seen.returncode == 0, seen.stderr
-    error = json.loads(seen.stdout)
+        error = run_client(OPENAI_AGENT, "http://127.0.0.1:9/v1", proxy.client_env())
     assert (error["code"], error["type"]) == ("replay_miss", "stbproxy_replay_miss")
     assert error["body"]["message"].startswith("stbproxy replay: no stored answer for this request")

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tests.servers import ProxyProcess
+from tests.servers import ProxyProcess, run_client
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +34,7 @@ AGENT = textwrap.dedent("""
 
 
 def agent(env: dict[str, str], calls: list[dict]) -> list[dict]:
-    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
-    result = subprocess.run([sys.executable, "-c", AGENT, json.dumps(calls)], env={**clean, **env},
-                            capture_output=True, text=True, timeout=90)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_client(AGENT, calls, env)
 
 
 SECRET = "rk-integration-secret-0042"
