@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Callable, Iterator
 
 from stbproxy import simulator
 from stbproxy.cassette_store import CassetteStore, describe_miss
@@ -16,9 +17,9 @@ from stbproxy.models import Mode
 from stbproxy.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
-from stbproxy.shared_store import SharedTier, check_at_start
+from stbproxy.shared_store import SharedBulk, SharedTier, check_at_start
 from stbproxy.simulation import NoSimulator
-from stbproxy.store import Store
+from stbproxy.store import ENTRY_PREFIXES, Store
 from stbproxy.tiered_store import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
@@ -75,6 +76,8 @@ class Runtime:
             return
         if settings.report is not None:
             check_writable(settings.report, "report")
+        if settings.mode is Mode.REPLAY and settings.cassette is None and not settings.allow_empty:
+            check_something_to_replay(settings)  # before anything (the catalog's move) creates the store's folder
         self.catalog_file = settings.catalog_path()
         self.catalog = load_catalog(settings, self.catalog_file)  # before the store: a bad file leaves nothing open
         if settings.cassette is not None:  # the RocksDB store stays untouched
@@ -85,12 +88,7 @@ class Runtime:
                 raise ConfigError(f"cannot replay the cassette: {exc}; fix it, record it again, or name "
                                   "another with --cassette", setting="cassette") from exc
         else:
-            shared = settings.shared_url()
-            if shared is not None:  # a wrong URL fails here, before anything is opened
-                check_at_start(shared)
-            self.store = Store(settings.store)
-            if shared is not None:  # read local, then shared; write both (tiered_store.py)
-                self.store = TieredStore(self.store, SharedTier(shared), wait_limit=settings.upstream_timeout)
+            self.store = open_store(settings)
         try:
             self.upstream = Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
@@ -181,6 +179,45 @@ class Runtime:
             log.warning("  %s", describe_miss(miss)[0])
         if self.settings.report is not None:
             cassette.write_report(self.settings.report)
+
+
+def open_store(settings: Settings) -> Store | TieredStore:
+    """The local store, with the shared tier behind it when one is set (read local, then
+    shared; write both: tiered_store.py)."""
+    shared = settings.shared_url()
+    if shared is not None:  # a wrong URL fails here, before anything is opened
+        check_at_start(shared)
+    store = Store(settings.store)
+    if shared is None:
+        return store
+    return TieredStore(store, SharedTier(shared), wait_limit=settings.upstream_timeout)
+
+
+def check_something_to_replay(settings: Settings) -> None:
+    """A replay answers only what is stored: a store that does not exist or holds no entries
+    (nor does the shared tier) would answer every request with a miss, so it is refused."""
+    store = settings.store
+    if (store / "CURRENT").exists():
+        with Store(store, readonly=True) as local:
+            if holds_entries(local.keys):
+                return
+        problem = f"the store at {store} holds no entries"
+    else:
+        problem = f"no store at {store}"
+    shared = settings.shared_url()
+    if shared is not None:
+        check_at_start(shared)
+        with SharedBulk(shared) as bulk:
+            if holds_entries(lambda prefix: bulk.keys([prefix])):
+                return
+        problem += f", nor does the shared tier {shared.redacted}"
+    raise ConfigError(f"nothing to replay: {problem}; record into it first (--mode record), check --store, or "
+                      "pass --allow-empty to answer every request with a miss", setting="allow_empty")
+
+
+def holds_entries(keys_under: Callable[[str], Iterator[str]]) -> bool:
+    """Whether any stored answer is there (logged records and sessions are not answers)."""
+    return any(next(iter(keys_under(prefix)), None) is not None for prefix in ENTRY_PREFIXES)
 
 
 def check_writable(path: Path, setting: str) -> None:

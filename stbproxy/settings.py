@@ -51,6 +51,7 @@ class Settings:
     cassette: Path | None = None  # replay this cassette instead of the store
     ordered: bool = False  # cassette replay: the n-th request with a key gets the n-th answer
     report: Path | None = None  # cassette replay: where to write the playback report (JSON)
+    allow_empty: bool = False  # replay: start even when the store holds nothing to replay
     rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
     simulator: str = "auto"
     sim_model: str | None = None

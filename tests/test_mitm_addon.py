@@ -38,7 +38,7 @@ def test_options_are_validated_with_the_option_name(tmp_path):
 def test_store_opens_only_when_running(tmp_path):
     addon = StbAddon()
     with taddons.context(addon) as tctx:
-        tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_mode="replay")
+        tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_mode="replay", stb_allow_empty=True)
         assert addon.runtime is None and not (tmp_path / "s").exists()
         addon.running()
         assert addon.runtime is not None and (tmp_path / "s" / "CURRENT").exists()

@@ -8,10 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import requests
 
 from stbproxy.catalog import ApiDoc, Catalog
+from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
-from tests.test_cli_process import stbproxy
+from stbproxy.shared_store import SharedBulk, parse_shared_url
+from stbproxy.store import Store, encode_exchange
+from tests.test_cli_process import one_error_line, stbproxy
 
 pytestmark = pytest.mark.integration
 
@@ -92,3 +96,44 @@ def test_an_old_catalog_shared_by_sibling_stores_is_copied_until_the_last_takes_
     assert f"catalog moved from {old} to {second / 'catalog.json'}" in said
     assert f"catalog {second / 'catalog.json'} (2 APIs)" in ready_line(proxy)
     assert not old.exists()
+
+
+# -- 7: a replay of nothing is refused ----------------------------------------------------------------
+
+
+def test_a_replay_of_a_missing_or_empty_store_is_refused_in_one_line(tmp_path):
+    missing = tmp_path / "never-recorded"
+    empty = tmp_path / "only-logs"
+    with Store(empty) as db:  # a run whose every request passed through: logged, nothing to answer
+        db.append_session("run-1", {"time": 1.0, "source": "passthrough", "key": "log/passthrough/1", "seconds": 0.1})
+    refused = [stbproxy("serve", "--port", "0", "--mode", "replay", "--store", str(store), timeout=30)
+               for store in (missing, empty)]
+    lines = [one_error_line(result) for result in refused]
+    assert lines[0].startswith(f"stbproxy: error: nothing to replay: no store at {missing}; ")
+    assert "--allow-empty" in lines[0]
+    assert lines[1].startswith(f"stbproxy: error: nothing to replay: the store at {empty} holds no entries; ")
+    assert not missing.exists()  # not created just to be found empty
+
+    with ServeProcess(missing, "--mode", "replay", "--allow-empty") as proxy:  # on purpose: every request a miss
+        with requests.Session() as client:
+            client.trust_env = False
+            answer = client.get("http://api.example/anything", proxies={"http": proxy.url})
+    assert answer.status_code == 404 and answer.headers["X-Stb-Source"] == "miss"
+
+    recorded = make_store(tmp_path / "recorded")
+    with ServeProcess(recorded, "--mode", "replay") as proxy:
+        assert "mode replay" in ready_line(proxy)
+
+
+def test_a_replay_with_a_shared_tier_counts_its_entries_too(tmp_path, redis_server):
+    local = tmp_path / "fresh"
+    refused = stbproxy("serve", "--port", "0", "--mode", "replay", "--store", str(local), "--shared", redis_server.url,
+                       timeout=30)
+    assert one_error_line(refused).startswith(f"stbproxy: error: nothing to replay: no store at {local}, nor does the "
+                                              f"shared tier {redis_server.url}")
+    answer = Exchange("http/api.example/GET/item/1", Request("GET", "http://api.example/item"),
+                      Response(200, (), b"{}"), Source.UPSTREAM, 1.0)
+    with SharedBulk(parse_shared_url(redis_server.url)) as bulk:
+        bulk.put_many([(answer.key, encode_exchange(answer))])
+    with ServeProcess(local, "--mode", "replay", "--shared", redis_server.url) as proxy:
+        assert f"shared {redis_server.url}" in ready_line(proxy)

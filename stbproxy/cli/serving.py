@@ -66,6 +66,9 @@ from stbproxy.models import Mode
               help="With --cassette: the n-th request with the same key gets the n-th recorded answer.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
+@click.option("--allow-empty", is_flag=True,
+              help="With --mode replay: start even when the store does not exist or holds no entries (every "
+                   "request is then a miss) [default: refuse, since nothing could be replayed].")
 @click.option("--validity", type=click.Choice(["auto", "stb", "strict"]), default="auto", show_default=True,
               help="Which real answers are valid. auto: StableToolBench's rules (check_result, substring "
                    "tests) for /virtual calls and calls the catalog routes to an API, the status-based strict "
@@ -109,7 +112,7 @@ from stbproxy.models import Mode
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, session, cassette,
-          ordered, report, validity, refresh_simulated,
+          ordered, report, allow_empty, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, workers, fast_lane, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
@@ -157,6 +160,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_cassette": str(cassette) if cassette else None,
         "stb_ordered": ordered,
         "stb_report": str(report) if report else None,
+        "stb_allow_empty": allow_empty,
         "stb_validity": validity,
         "stb_refresh_simulated": refresh_simulated,
         "stb_faults": list(faults),

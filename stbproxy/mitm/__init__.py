@@ -154,6 +154,7 @@ class StbAddon:
         loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
         loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
         loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
+        loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
         loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first).")
         loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
@@ -417,6 +418,7 @@ def settings_from_options(opts) -> Settings:
         cassette=Path(opts.stb_cassette) if opts.stb_cassette else None,
         ordered=opts.stb_ordered,
         report=Path(opts.stb_report) if opts.stb_report else None,
+        allow_empty=opts.stb_allow_empty,
         simulator=opts.stb_simulator,
         sim_model=opts.stb_sim_model,
         sim_temperature=checked("stb_sim_temperature", parse_temperature),
