@@ -165,6 +165,12 @@ class ApiDoc:
         object.__setattr__(self, "key_names", key_names)
         object.__setattr__(self, "wire_names", wire_names)
 
+    @property
+    def host(self) -> str:
+        """The lower-case host of the API's URL; '' when it has none."""
+        parts = _url_parts(self.url or "")
+        return parts[0] if parts else ""
+
     def key_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments under their standardized names, as keys and StableToolBench's cache
         use them; a name the doc does not list is kept as given."""

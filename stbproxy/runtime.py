@@ -147,7 +147,8 @@ class Runtime:
     def catalog_description(self) -> str:
         if self.catalog is None:
             return "no catalog"
-        return f"catalog {self.catalog_file} ({len(self.catalog)} APIs)"
+        apis = len(self.catalog)
+        return f"catalog {self.catalog_file} ({apis} API{'s' * (apis != 1)})"
 
     async def ready(self) -> None:
         """Wait (bounded) until a shared tier has tried to connect, so the first requests use it."""

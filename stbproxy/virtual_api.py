@@ -241,14 +241,25 @@ class VirtualApi:
         return real, "" if real is not None else f"the catalog's URL for this API is not usable: {doc.url}"
 
     def real_calls(self) -> str:
-        """Where misses on the proxy's own /virtual go, for the ready line."""
+        """Where misses on the proxy's own /virtual really go, for the ready line: as
+        _direct_call decides it for each API of the catalog."""
         if self.toolbench_url:
-            return f"ToolBench server {_without_userinfo(self.toolbench_url)}"
-        if self.rapidapi_key and self.catalog:
-            return "RapidAPI URLs from the catalog, with STBPROXY_RAPIDAPI_KEY"
-        if self.rapidapi_key:
-            return "none (a RapidAPI key but no catalog)"
-        return "none to RapidAPI (no STBPROXY_RAPIDAPI_KEY, no --toolbench-url)"
+            return f"to a ToolBench server at {_without_userinfo(self.toolbench_url)}"
+        if self.catalog is None:
+            return "none (no catalog)"
+        called = [doc for doc in self.catalog if doc.host]  # an API without a URL: the simulator answers
+        rapidapi = sum(1 for doc in called if is_rapidapi_url(doc.url))
+        if not self.rapidapi_key:  # never called without a key (_direct_call)
+            called = [doc for doc in called if not is_rapidapi_url(doc.url)]
+        skipped = "on RapidAPI, skipped without $STBPROXY_RAPIDAPI_KEY"
+        if not called:
+            return f"none ({rapidapi} {skipped})" if rapidapi else "none (the catalog lists no URL)"
+        apis, hosts = len(called), len({doc.host for doc in called})
+        counts = f"{apis} API{'s' * (apis != 1)} on {hosts} host{'s' * (hosts != 1)}"
+        if rapidapi:
+            counts += (f"; {rapidapi} of them on RapidAPI, with $STBPROXY_RAPIDAPI_KEY" if self.rapidapi_key
+                       else f"; {rapidapi} more {skipped}")
+        return f"to the catalog's URLs ({counts})"
 
 
 def _without_userinfo(url: str) -> str:

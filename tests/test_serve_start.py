@@ -65,7 +65,7 @@ def test_import_tools_writes_into_the_store_and_a_sibling_store_does_not_see_it(
 
     with ServeProcess(runs / "a") as own, ServeProcess(runs / "b") as sibling:
         mine, theirs = ready_line(own), ready_line(sibling)
-    assert f"store {runs / 'a'}, catalog {runs / 'a' / 'catalog.json'} (1 APIs)" in mine
+    assert f"store {runs / 'a'}, catalog {runs / 'a' / 'catalog.json'} (1 API)" in mine
     assert f"store {runs / 'b'}, no catalog" in theirs
 
 
@@ -137,3 +137,50 @@ def test_a_replay_with_a_shared_tier_counts_its_entries_too(tmp_path, redis_serv
         bulk.put_many([(answer.key, encode_exchange(answer))])
     with ServeProcess(local, "--mode", "replay", "--shared", redis_server.url) as proxy:
         assert f"shared {redis_server.url}" in ready_line(proxy)
+
+
+# -- 9: the ready line says where real /virtual calls go -------------------------------------------
+
+
+def virtual_call(proxy: ServeProcess, api: str) -> requests.Response:
+    call = {"category": "Data", "tool_name": "Sample", "api_name": api, "tool_input": "{}"}
+    with requests.Session() as client:
+        client.trust_env = False
+        return client.post(f"{proxy.url}/virtual", json=call, timeout=30)
+
+
+def test_the_ready_line_says_what_really_answers_virtual_misses(tmp_path, upstream):
+    mixed = write_tools(tmp_path / "mixed", {"forecast": upstream.url("/echo/forecast"),
+                                             "history": "http://history.example/past",
+                                             "alerts": "https://weather-alerts.p.rapidapi.com/alerts"})
+    only_rapidapi = write_tools(tmp_path / "rapid", {"alerts": "https://weather-alerts.p.rapidapi.com/alerts"})
+    for name, tools in (("mixed", mixed), ("keyed", mixed), ("rapid", only_rapidapi)):
+        assert stbproxy("import", "tools", str(tools), "--store", str(tmp_path / name)).returncode == 0
+    proxies = {
+        "none": ServeProcess(tmp_path / "none"),
+        "mixed": ServeProcess(tmp_path / "mixed", "--simulator", "off"),
+        "keyed": ServeProcess(tmp_path / "keyed", env={"STBPROXY_RAPIDAPI_KEY": "rk-test-1"}),
+        "rapid": ServeProcess(tmp_path / "rapid"),
+        "toolbench": ServeProcess(tmp_path / "toolbench", "--toolbench-url", upstream.url("/virtual")),
+    }
+    try:
+        for proxy in proxies.values():
+            proxy.launch()
+        said = {name: ready_line(proxy.wait_ready()) for name, proxy in proxies.items()}
+        forecast, alerts = virtual_call(proxies["mixed"], "forecast"), virtual_call(proxies["mixed"], "alerts")
+        relayed = virtual_call(proxies["toolbench"], "forecast")
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+
+    assert "real /virtual calls: none (no catalog)" in said["none"]
+    assert ("real /virtual calls: to the catalog's URLs (2 APIs on 2 hosts; 1 more on RapidAPI, skipped without "
+            "$STBPROXY_RAPIDAPI_KEY)") in said["mixed"]
+    assert ("real /virtual calls: to the catalog's URLs (3 APIs on 3 hosts; 1 of them on RapidAPI, with "
+            "$STBPROXY_RAPIDAPI_KEY)") in said["keyed"] and "rk-test-1" not in said["keyed"]
+    assert "real /virtual calls: none (1 on RapidAPI, skipped without $STBPROXY_RAPIDAPI_KEY)" in said["rapid"]
+    assert f"real /virtual calls: to a ToolBench server at {upstream.url('/virtual')}" in said["toolbench"]
+    # and so it is: the catalog's own URL answered, RapidAPI was not called, the server got the call
+    assert forecast.headers["X-Stb-Source"] == "upstream" and upstream.hits["/echo/forecast"] == 1
+    assert alerts.headers["X-Stb-Source"] != "upstream" and "no RapidAPI key" in alerts.json()["error"]
+    assert relayed.headers["X-Stb-Source"] == "upstream" and len(upstream.virtual_calls) == 1

@@ -72,7 +72,7 @@ def test_transparent_and_drop_in_virtual_calls_meet_one_entry(tmp_path, stb_data
                                                "data": '{"hello": "world"}'}])
         named = sessions(store)
 
-    assert "real /virtual calls: none to RapidAPI" in ready
+    assert "real /virtual calls: none (the catalog lists no URL)" in ready  # query files give none
     # their server answered the first call; the same call on the proxy's port is a hit, and
     # a call first made there (no URL, no key: simulated) is a hit when made transparently
     assert [r["source"] for r in first + own + again + dead] == \
@@ -125,7 +125,7 @@ def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upst
         ])
         later = stb_client(drop_in, [team_players(playerid="p8", is_id="43", is_from="2019")])
 
-    assert "real /virtual calls: RapidAPI URLs from the catalog" in ready
+    assert "real /virtual calls: to the catalog's URLs (2 APIs on 1 host)" in ready
     assert [r["source"] for r in over_virtual + over_http + later] == \
         ["upstream", "upstream", "cache", "cache", "upstream", "cache"]
     real = [(urlsplit(path).path, dict(parse_qsl(urlsplit(path).query)), headers)
