@@ -14,7 +14,6 @@ import io
 import json
 import os
 import re
-import tempfile
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 from vcr.serialize import CASSETTE_FORMAT_VERSION
 from vcr.serializers import compat, jsonserializer, yamlserializer
 
+from stbproxy.atomic_files import write_atomically
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
@@ -114,19 +114,7 @@ def write_cassette(path: str | os.PathLike, exchanges: Iterable[Exchange], fmt: 
     text = serialize(cassette, fmt)
     if not path.parent.is_dir():
         raise InputError(f"cannot write {path}: the directory {path.parent} does not exist")
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomically(path, text)
     return len(cassette["interactions"])
 
 

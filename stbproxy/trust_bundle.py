@@ -25,9 +25,10 @@ import hashlib
 import os
 import re
 import ssl
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from stbproxy.atomic_files import write_atomically
 
 BUNDLE_PREFIX = "stbproxy-ca-bundle"
 # Variables whose roots the exported ones would otherwise silently replace.
@@ -45,7 +46,7 @@ def write_client_bundle(ca_cert: Path, environ: Mapping[str, str] | None = None)
     bundle = bundle_path(ca_cert.parent, users)
     content = bundle_text(ca_cert, _unique([*users, system]))
     if _read_or_none(bundle) != content:
-        _replace_privately(bundle, content)
+        write_atomically(bundle, content, encoding="ascii")
     return bundle
 
 
@@ -151,15 +152,3 @@ def _read_or_none(path: Path) -> str | None:
         return None
 
 
-def _replace_privately(target: Path, content: str) -> None:
-    """Write to an owner-only temporary file beside ``target``, then rename it over ``target``."""
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="ascii") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -11,7 +11,7 @@ PACKAGE = ROOT / "stbproxy"
 
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 LAYERS = {
-    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1,
+    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1,
     "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
     "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
     "forgetting": 2, "stability_queries": 2, "provenance": 2,
