@@ -28,7 +28,8 @@ from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 from mitmproxy.proxy import mode_servers
 
-from stbproxy.engine import DEFAULT_MAX_BODY, SOURCE_HEADER
+from stbproxy.engine import DEFAULT_MAX_BODY
+from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.destinations import own_address
 from stbproxy.guard import Guard, loop_message
@@ -86,7 +87,7 @@ def json_response(status: int, document: dict, source: str) -> http.Response:
         status,
         # Texts may quote what a client sent, lone surrogates included: \u-escapes keep any of it.
         json.dumps(document).encode(),
-        {"Content-Type": "application/json", SOURCE_HEADER: source},
+        {"Content-Type": "application/json", SOURCE_HEADER: source, ORIGIN_HEADER: source},
     ))
 
 
