@@ -15,6 +15,7 @@ import ast
 import json
 import os
 import re
+import signal
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Problem:
 @dataclass
 class ImportSummary:
     files: int = 0
+    files_done: int = 0  # files whose entries are written (an import stopped by Ctrl-C did not do all)
     entries: int = 0
     imported: int = 0
     duplicates: int = 0  # already stored, or the same canonical call twice in the cache
@@ -209,6 +211,9 @@ _WORKER: dict = {}
 
 
 def _start_worker(root: str, catalog_file: str | None, include_invalid: bool, now: float) -> None:
+    # Ctrl-C is the importing process's to handle (it stops between two files); a worker
+    # that took it too would die with a traceback and break the pool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.update(root=Path(root), catalog=Catalog.load(catalog_file) if catalog_file else None,
                    include_invalid=include_invalid, now=now)
 
@@ -238,7 +243,11 @@ def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, i
                              initargs=(str(root), str(catalog_file) if catalog_file else None,
                                        include_invalid, now)) as pool:
         pending = deque(pool.submit(_encode_in_worker, task) for task in islice(tasks, TASKS_AHEAD * jobs))
-        while pending:
-            done = pending.popleft().result()
-            pending.extend(pool.submit(_encode_in_worker, task) for task in islice(tasks, 1))
-            yield from done
+        try:
+            while pending:
+                done = pending.popleft().result()
+                pending.extend(pool.submit(_encode_in_worker, task) for task in islice(tasks, 1))
+                yield from done
+        finally:  # a caller that stops early (Ctrl-C) waits for no more than the tasks already running
+            for future in pending:
+                future.cancel()

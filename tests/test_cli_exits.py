@@ -3,8 +3,12 @@ Ctrl-C in the middle of an import. Real `stbproxy` subprocesses, as a user's she
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import signal
 import subprocess
+import time
 
 import click
 import pytest
@@ -50,3 +54,146 @@ def test_a_broken_pipe_elsewhere_than_stdout_is_still_reported():
 
     result = CliRunner().invoke(group, ["talk"])
     assert result.exit_code == 1 and result.output == "stbproxy: error: Broken pipe\n"
+
+
+# -- Ctrl-C in the middle of an import ---------------------------------------------------------------
+
+def big_cache(root, files: int, entries: int):
+    """A cache of the original layout, big enough to take seconds to import."""
+    for n in range(files):
+        folder = root / "Data" / f"tool_{n // 50}_for_Data"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"api_{n}.json").write_text(json.dumps({
+            str({"city": f"city {n}", "day": i}): {"error": "", "response": "sunny, and warm"}
+            for i in range(entries)}))
+    return root
+
+
+def stored_entries(store) -> int:
+    with Store(store, readonly=True) as db:
+        return sum(1 for _ in db.keys("api/"))
+
+
+def press_ctrl_c_while_writing(process: subprocess.Popen, store, presses: int) -> None:
+    """Ctrl-C as a terminal sends it, to the whole process group (workers too), once the
+    import writes to the store; a second press follows at once, as an impatient user's."""
+    deadline = time.monotonic() + 60
+    while not (store / "CURRENT").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    for _ in range(presses):
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_during_an_import_says_what_was_imported_and_leaves_a_consistent_store(tmp_path, presses):
+    files, entries = 6000, 20
+    cache, store = big_cache(tmp_path / "cache", files, entries), tmp_path / "store"
+    process = subprocess.Popen([str(SCRIPT), "import", "stb-cache", str(cache), "--store", str(store)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        press_ctrl_c_while_writing(process, store, presses)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err
+    assert "Aborted!" not in err and "Traceback" not in err and "KeyboardInterrupt" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("stbproxy: interrupted: ")]
+    imported, done = (int(n) for n in re.match(r"stbproxy: interrupted: (\d+) entries imported from (\d+) of "
+                                                  rf"{files} files, and the store at .* is consistent", line).groups())
+    assert 0 < done < files and imported == done * entries
+    assert f"imported: {imported}, duplicates: 0" in out
+    assert stored_entries(store) == imported  # flushed and closed: it opens with exactly those entries
+
+    rest = subprocess.run([str(SCRIPT), "import", "stb-cache", str(cache), "--store", str(store)],
+                          capture_output=True, text=True, timeout=300)
+    assert rest.returncode == 0, rest.stderr
+    assert f"imported: {files * entries - imported}, duplicates: {imported}" in rest.stdout
+    assert stored_entries(store) == files * entries
+
+
+def json_cassettes(folder, files: int, interactions: int) -> list[str]:
+    """vcrpy cassettes (JSON) of plain GETs, every interaction another URL."""
+    folder.mkdir(parents=True)
+    paths = []
+    for n in range(files):
+        path = folder / f"run_{n}.json"
+        path.write_text(json.dumps({"version": 1, "interactions": [{
+            "request": {"method": "GET", "uri": f"http://api.example/items?file={n}&item={i}", "body": None,
+                        "headers": {}},
+            "response": {"status": {"code": 200, "message": "OK"}, "headers": {"Content-Type": ["text/plain"]},
+                         "body": {"string": "fine"}}} for i in range(interactions)]}))
+        paths.append(str(path))
+    return paths
+
+
+def interrupted_run(args: list[str], started) -> tuple[int, str, str]:
+    """Run a command, press Ctrl-C once ``started()`` says it is at work, and collect how it ended."""
+    process = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "Aborted!" not in err and "Traceback" not in err, err
+    return process.returncode, out, err
+
+
+def test_ctrl_c_during_a_cassette_import_stops_between_interactions(tmp_path):
+    cassettes, store = json_cassettes(tmp_path / "cassettes", 100, 100), tmp_path / "store"
+
+    def writing():
+        if (store / "CURRENT").exists():
+            time.sleep(0.3)
+            return True
+        return False
+
+    code, _out, err = interrupted_run(["import", "cassette", *cassettes, "--store", str(store), "--session", "s"],
+                                      writing)
+    assert code == 130, err
+    imported, done = (int(n) for n in re.search(r"stbproxy: interrupted: (\d+) interactions imported, (\d+) of 100 "
+                                                  r"files whole, and the store at .* is consistent", err).groups())
+    assert 0 < imported < 100 * 100 and done == imported // 100
+    with Store(store, readonly=True) as db:  # each entry with its session record, no more, no fewer
+        assert sum(1 for _ in db.keys("http/")) == imported == len(list(db.session_records("s")))
+
+
+def test_ctrl_c_during_a_tools_import_leaves_the_catalog_as_it_was(tmp_path):
+    tools = tmp_path / "toolenv" / "tools"
+    for n in range(4000):
+        doc = tools / "Data" / f"tool_{n}.json"
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(json.dumps({"tool_name": f"Tool {n}", "api_list": [
+            {"name": f"get item {a}", "url": f"https://tool-{n}.p.rapidapi.com/items/{a}", "method": "GET"}
+            for a in range(3)]}))
+    small = tmp_path / "small" / "tools" / "Data" / "one.json"
+    small.parent.mkdir(parents=True)
+    small.write_text(json.dumps({"tool_name": "One", "api_list": [{"name": "x", "url": "https://one.example/x", "method": "GET"}]}))
+    catalog = tmp_path / "catalog.json"
+    lines: list[str] = []
+
+    # the small source is read first and says so; Ctrl-C then comes while the big one is read
+    process = subprocess.Popen([str(SCRIPT), "import", "tools", str(small.parents[2]), str(tools.parent),
+                                "--catalog", str(catalog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        lines.append(process.stdout.readline())
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "1 APIs loaded" in lines[0] and "Aborted!" not in err and "Traceback" not in err
+    assert process.returncode == 130
+    assert err.strip() == f"stbproxy: interrupted: nothing saved: the catalog {catalog} is as it was"
+    assert not catalog.exists()

@@ -3,11 +3,14 @@ environment variables of options, and the one error style (``stbproxy: error: ..
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import select
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -163,6 +166,76 @@ def stop_writing_to_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
+
+
+# What a shell reports for a command stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED_EXIT = 130
+
+
+class CtrlC:
+    """Ctrl-C during a long write (an import). The first press asks the writing loop to stop
+    at its next safe point (``requested``). A second one stops the loop at once (a
+    KeyboardInterrupt inside ``stoppable()``), though never inside ``holding()``, so that a
+    write and its count stay together; outside the loop, where the store is flushed and
+    closed and the summary printed, it is ignored: that wrap-up is what keeps the store whole."""
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self._stoppable = False
+        self._holding = False
+        self._held = False
+
+    @property
+    def requested(self) -> bool:
+        return self.presses > 0
+
+    def on_signal(self, _signum, _frame) -> None:
+        self.presses += 1
+        if self.presses < 2 or not self._stoppable:
+            return
+        if self._holding:
+            self._held = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def stoppable(self):
+        self._stoppable = True
+        try:
+            yield
+        finally:
+            self._stoppable = False
+
+    @contextlib.contextmanager
+    def holding(self):
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        if self._held and self._stoppable:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_between_writes():
+    """A CtrlC for the block (signal handlers belong to the main thread: elsewhere, as under
+    a test runner's thread, Ctrl-C keeps its usual effect)."""
+    ctrl_c = CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield ctrl_c
+        return
+    previous = signal.signal(signal.SIGINT, ctrl_c.on_signal)
+    try:
+        yield ctrl_c
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupted(done: str) -> None:
+    """End a command that Ctrl-C stopped: what it had done, on one line, and status 130."""
+    click.echo(f"stbproxy: interrupted: {done}", err=True)
+    sys.exit(INTERRUPTED_EXIT)
 
 
 def expose_envvars(command: click.Command, prefix: str) -> None:

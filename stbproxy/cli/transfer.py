@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from stbproxy.cli.common import fail, known_session, store_option
+from stbproxy.cli.common import ctrl_c_between_writes, fail, interrupted, known_session, store_option
 from stbproxy.cli.shared_tier import SharedCopies, SharedImport, open_bulk, open_reader, shared_option
 from stbproxy.errors import StbError
 
@@ -137,34 +137,93 @@ def import_group() -> None:
               help="Also import cached failures (answers StableToolBench's check_result rejects).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="Worker processes that parse and encode files [default: one per core].")
+@click.option("--strict", is_flag=True,
+              help="Import nothing when a folder or file is named so that no request reaches it (or only under "
+                   "a spelling the catalog does not use) [default: leave those out, name them, import the rest].")
 @shared_option
-def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
+def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
     """Import StableToolBench's response cache (<category>/<tool>/<api>.json).
 
     Every entry is re-keyed canonically and marked 'imported'. Running it twice adds
     nothing. Entries that cannot be read are listed with file and reason; they never
-    stop the import.
+    stop the import. A folder or file whose name no request can produce (a tool folder
+    without its _for_<category> suffix, a category folder spelt otherwise than its tool
+    folders say, an API file name that is not standardized) is left out and named, with
+    the name it should have. The exit status is 1 when nothing could be imported, and
+    130 after Ctrl-C, which stops between two files and leaves the store consistent.
 
     \b
     Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
     """
     from stbproxy import stb_cache
-    from stbproxy.settings import catalog_path_for
     from stbproxy.store import Store
 
     try:
-        files = stb_cache.cache_files(cache_dir)
-        catalog_file = catalog_path_for(store)
-        # bulk_load: unlogged writes, flushed to disk before the summary is printed
-        with Store(store) as db, db.bulk_load(), SharedImport(shared) as writer:
-            summary = _import_entries(db, files, cache_dir, catalog_file if catalog_file.exists() else None,
-                                      include_invalid, jobs, writer)
-        summary.shared_added = writer.added
+        files, placement, catalog_file = _placed_cache_files(cache_dir, store)
+        _report_misplaced(placement, strict)
+        summary = stb_cache.ImportSummary(files=len(files))
+        with ctrl_c_between_writes() as ctrl_c:
+            try:
+                # bulk_load: unlogged writes, flushed to disk before the summary is printed
+                with Store(store) as db, db.bulk_load(), SharedImport(shared) as writer:
+                    with ctrl_c.stoppable():
+                        _import_entries(db, placement.reachable, cache_dir, catalog_file, include_invalid, jobs,
+                                        summary, ctrl_c, writer)
+                summary.shared_added = writer.added
+            except KeyboardInterrupt:
+                if not ctrl_c.requested:  # not a Ctrl-C that this import handles
+                    raise
+                # a second Ctrl-C: the store was flushed and closed on the way out all the same
+            _end_import(summary, placement, shared, ctrl_c.requested, store)
     except StbError as exc:
         fail(str(exc))
+
+
+def _end_import(summary, placement, shared, stopped: bool, store: Path) -> None:
+    _print_import_summary(summary, placement, shared)
+    if stopped:
+        interrupted(f"{summary.imported} entries imported from {summary.files_done} of {len(placement.reachable)} "
+                    f"files, and the store at {store} is consistent (each file is one atomic write, and the store "
+                    "was flushed and closed); the same command imports the rest")
+    if summary.imported + summary.duplicates == 0:
+        fail(f"nothing imported: {_why_nothing(summary)}", 1)
+
+
+def _placed_cache_files(cache_dir: Path, store: Path):
+    """The cache files, which of them a request can reach, and the catalog file to key them with."""
+    from stbproxy import cache_placement, stb_cache
+    from stbproxy.catalog import Catalog
+    from stbproxy.settings import catalog_path_for
+
+    files = stb_cache.cache_files(cache_dir)
+    if not files:
+        fail(f"nothing imported: no <category>/<tool>/<api>.json files in {cache_dir}"
+             f"{cache_placement.missing_layout_hint(cache_dir)}", 1)
+    catalog_file = catalog_path_for(store)
+    catalog_file = catalog_file if catalog_file.exists() else None
+    catalog = Catalog.load(catalog_file) if catalog_file is not None else None
+    return files, cache_placement.check(files, cache_dir, catalog), catalog_file
+
+
+def _report_misplaced(placement, strict: bool) -> None:
+    """Every misnamed folder and file, with the name it should have: all of them, as they are
+    what a user (or a renaming script) works through."""
+    for item in placement.misplaced:
+        click.echo(f"  {'other spelling' if item.reachable else 'unreachable'}: {item}", err=True)
+    if strict and placement.misplaced:
+        fail(f"nothing imported (--strict): {len(placement.misplaced)} folders and files are named so that no "
+             "request reaches them, or only under a spelling the catalog does not use (listed above)", 1)
+    if not placement.reachable:
+        fail(f"nothing imported: no request can reach any of the {placement.unreachable_files} cache files "
+             "(their folders and names, and the names they should have, are listed above)", 1)
+
+
+def _print_import_summary(summary, placement, shared) -> None:
     click.echo(f"files: {summary.files}, entries read: {summary.entries}")
+    unreachable = placement.unreachable_files
     click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, "
-               f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}")
+               f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}"
+               + (f", unreachable files (left out): {unreachable}" if unreachable else ""))
     if shared:
         click.echo(f"shared tier: {summary.shared_added} added, "
                    f"{summary.shared_sent - summary.shared_added} already there")
@@ -174,35 +233,55 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, shared):
         click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
 
 
-def _import_entries(db, files, root, catalog_file, include_invalid, jobs, shared=None):
+def _why_nothing(summary) -> str:
+    if summary.entries == 0 and not summary.problems:
+        return "the cache files hold no entries"
+    if summary.invalid:
+        return (f"the {summary.invalid} entries that could be read are failed answers (StableToolBench's "
+                "check_result rejects them); --include-invalid imports them")
+    return "no entry could be read (the reasons are above)"
+
+
+def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summary, ctrl_c, shared=None) -> None:
+    """Import ``files`` into ``summary``, one atomic write per file; stops between two files
+    once Ctrl-C was pressed."""
     import time
+    from contextlib import closing
 
     from tqdm import tqdm
 
     from stbproxy import stb_cache
 
-    summary = stb_cache.ImportSummary(files=len(files))
-    with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar:
-        for encoded in stb_cache.encoded_files(files, root, catalog_file=catalog_file,
-                                               include_invalid=include_invalid, now=time.time(), jobs=jobs):
-            summary.entries += encoded.entries
-            summary.invalid += encoded.invalid
-            summary.problems.extend(encoded.problems)
-            fresh: dict[str, bytes] = {}
-            stored = db.existing([key for key, _ in encoded.records])
-            for key, value in encoded.records:
-                if key in stored or key in fresh:
-                    summary.duplicates += 1
-                else:
-                    fresh[key] = value
-            db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
-            summary.imported += len(fresh)
-            if shared is not None and shared.writer is not None:
-                shared.put(encoded.records)  # every record, not only the fresh ones: the shared tier may lack them
-                summary.shared_sent += len(encoded.records)
+    encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file,
+                                            include_invalid=include_invalid, now=time.time(), jobs=jobs)
+    with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar, \
+            closing(encoded_files):
+        for encoded in encoded_files:
+            with ctrl_c.holding():
+                _import_file(db, encoded, summary, shared)
             bar.update(1)
             bar.set_postfix(entries=summary.entries, refresh=False)
-    return summary
+            if ctrl_c.requested:
+                break
+
+
+def _import_file(db, encoded, summary, shared) -> None:
+    summary.entries += encoded.entries
+    summary.invalid += encoded.invalid
+    summary.problems.extend(encoded.problems)
+    fresh: dict[str, bytes] = {}
+    stored = db.existing([key for key, _ in encoded.records])
+    for key, value in encoded.records:
+        if key in stored or key in fresh:
+            summary.duplicates += 1
+        else:
+            fresh[key] = value
+    db.put_encoded_many(list(fresh.items()))  # one atomic batch per file
+    summary.imported += len(fresh)
+    summary.files_done += 1
+    if shared is not None and shared.writer is not None:
+        shared.put(encoded.records)  # every record, not only the fresh ones: the shared tier may lack them
+        summary.shared_sent += len(encoded.records)
 
 
 @import_group.command(name="tools")
@@ -223,6 +302,7 @@ def import_tools(sources, store, catalog, shared):
     from stbproxy.settings import catalog_path_for
 
     target = catalog or catalog_path_for(store)
+    saved = False
     try:
         known = Catalog.load(target) if target.exists() else Catalog()
         before = len(known)
@@ -234,7 +314,8 @@ def import_tools(sources, store, catalog, shared):
             if len(report.skipped) > 20:
                 click.echo(f"  ... and {len(report.skipped) - 20} more", err=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        known.save(target)
+        known.save(target)  # atomic: a Ctrl-C leaves the old catalog or the new one
+        saved = True
         if shared:  # published for the fleet: 'stbproxy sync --pull' fetches it on each machine
             from stbproxy.tier_sync import push_catalog
 
@@ -242,6 +323,9 @@ def import_tools(sources, store, catalog, shared):
                 push_catalog(bulk, target.read_bytes())
     except StbError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        interrupted(f"the catalog {target} was saved with {len(known)} APIs, but not published to the shared tier"
+                    if saved else f"nothing saved: the catalog {target} is as it was")
     click.echo(f"catalog {target}: {len(known)} APIs ({len(known) - before} new)"
                + (", published to the shared tier" if shared else ""))
 
@@ -271,49 +355,71 @@ def import_cassette(files, store, session, shared):
 
     from stbproxy import cassettes
     from stbproxy.runtime import load_catalog
-    from stbproxy.sessions import SessionRecord, safe_session_name
+    from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
     from stbproxy.store import Store
 
     if session is not None and safe_session_name(session) != session:
         fail(f"session name {session!r} must use only letters, digits, '.', '_' and '-'")
-    imported = duplicates = shared_added = 0
+    imported = duplicates = shared_added = files_done = 0
     problems: list[str] = []
     try:
         settings = Settings(store=store)
         catalog, rules = load_catalog(settings), settings.key_rules()
-        with Store(store) as db, SharedCopies(open_bulk(shared)) as copies:
-            for path in files:
-                now = time.time()
-                for pair in _interactions_of(path, problems):
-                    if isinstance(pair, str):
-                        problems.append(f"{path}: {pair}")
-                        continue
-                    index, request, response, recorded_source = pair
-                    exchange = cassettes.imported_exchange(request, response, catalog=catalog, rules=rules, now=now,
-                                                           meta={"imported_from": path.name, "index": index},
-                                                           recorded_source=recorded_source)
-                    if db.put_new(exchange):
-                        imported += 1
-                    else:
-                        duplicates += 1
-                    copies.entry(exchange)
-                    if session is not None:
-                        record = SessionRecord(0, now, exchange.request.method, exchange.request.url,
-                                               response.status, exchange.source.value, exchange.key, 0.0)
-                        seq = db.append_session(session, record.to_stored())
-                        copies.session(session, {**record.to_stored(), "seq": seq})
-            shared_added = copies.flush()
+        with ctrl_c_between_writes() as ctrl_c:
+            try:
+                with Store(store) as db, SharedCopies(open_bulk(shared)) as copies, ctrl_c.stoppable():
+                    for path in files:
+                        now = time.time()
+                        for pair in _interactions_of(path, problems):
+                            if ctrl_c.requested:
+                                break
+                            if isinstance(pair, str):
+                                problems.append(f"{path}: {pair}")
+                                continue
+                            index, request, response, recorded_source = pair
+                            exchange = cassettes.imported_exchange(
+                                request, response, catalog=catalog, rules=rules, now=now,
+                                meta={"imported_from": path.name, "index": index}, recorded_source=recorded_source)
+                            with ctrl_c.holding():  # the entry, its session record and the counts together
+                                if _store_interaction(db, copies, exchange, response.status, session, now):
+                                    imported += 1
+                                else:
+                                    duplicates += 1
+                        if ctrl_c.requested:
+                            break
+                        files_done += 1
+                    shared_added = copies.flush()
+            except KeyboardInterrupt:
+                if not ctrl_c.requested:
+                    raise
+            click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, "
+                       f"problems: {len(problems)}" + (f", shared tier: {shared_added} added" if shared else ""))
+            if ctrl_c.requested:
+                interrupted(f"{imported} interactions imported, {files_done} of {len(files)} files whole, and the "
+                            f"store at {store} is consistent (flushed and closed); the same command imports the rest")
     except StbError as exc:
         fail(str(exc))
-    click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, problems: {len(problems)}"
-               + (f", shared tier: {shared_added} added" if shared else ""))
     for problem in problems[:50]:
         click.echo(f"  problem: {problem}", err=True)
     if len(problems) > 50:
         click.echo(f"  ... and {len(problems) - 50} more", err=True)
     if problems:
         sys.exit(1)
+
+
+def _store_interaction(db, copies, exchange, status: int, session: str | None, now: float) -> bool:
+    """Store one imported interaction (and log it in ``session``); False when it was stored already."""
+    from stbproxy.sessions import SessionRecord
+
+    stored = db.put_new(exchange)
+    copies.entry(exchange)
+    if session is not None:
+        record = SessionRecord(0, now, exchange.request.method, exchange.request.url, status,
+                               exchange.source.value, exchange.key, 0.0)
+        seq = db.append_session(session, record.to_stored())
+        copies.session(session, {**record.to_stored(), "seq": seq})
+    return stored
 
 
 def _interactions_of(path: Path, problems: list[str]):
