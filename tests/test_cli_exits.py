@@ -74,33 +74,43 @@ def stored_entries(store) -> int:
         return sum(1 for _ in db.keys("api/"))
 
 
-def press_ctrl_c_while_writing(process: subprocess.Popen, store, presses: int) -> None:
-    """Ctrl-C as a terminal sends it, to the whole process group (workers too), once the
-    import writes to the store; a second press follows at once, as an impatient user's."""
-    deadline = time.monotonic() + 60
-    while not (store / "CURRENT").exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    for _ in range(presses):
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(0.01)
+def interrupted_run(args: list[str], at_work, presses: int = 1) -> tuple[int, str, str]:
+    """Run a command, press Ctrl-C as a terminal does (to the whole process group, workers
+    too) once ``at_work(process)`` has returned, and collect how the command ended. A second
+    press follows at once, as an impatient user's."""
+    process = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        at_work(process)
+        for _ in range(presses):
+            os.killpg(process.pid, signal.SIGINT)
+            time.sleep(0.01)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "Aborted!" not in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    return process.returncode, out, err
+
+
+def writing_to(store):
+    """Waits until the command has opened the store, and a little more: it is writing."""
+    def wait(process):
+        deadline = time.monotonic() + 60
+        while not (store / "CURRENT").exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+    return wait
 
 
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_during_an_import_says_what_was_imported_and_leaves_a_consistent_store(tmp_path, presses):
     files, entries = 6000, 20
     cache, store = big_cache(tmp_path / "cache", files, entries), tmp_path / "store"
-    process = subprocess.Popen([str(SCRIPT), "import", "stb-cache", str(cache), "--store", str(store)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        press_ctrl_c_while_writing(process, store, presses)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, err
-    assert "Aborted!" not in err and "Traceback" not in err and "KeyboardInterrupt" not in err
+    code, out, err = interrupted_run(["import", "stb-cache", str(cache), "--store", str(store)], writing_to(store),
+                                     presses)
+    assert code == 130, err
     (line,) = [line for line in err.splitlines() if line.startswith("stbproxy: interrupted: ")]
     imported, done = (int(n) for n in re.match(r"stbproxy: interrupted: (\d+) entries imported from (\d+) of "
                                                   rf"{files} files, and the store at .* is consistent", line).groups())
@@ -130,35 +140,10 @@ def json_cassettes(folder, files: int, interactions: int) -> list[str]:
     return paths
 
 
-def interrupted_run(args: list[str], started) -> tuple[int, str, str]:
-    """Run a command, press Ctrl-C once ``started()`` says it is at work, and collect how it ended."""
-    process = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not started() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.killpg(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert "Aborted!" not in err and "Traceback" not in err, err
-    return process.returncode, out, err
-
-
 def test_ctrl_c_during_a_cassette_import_stops_between_interactions(tmp_path):
     cassettes, store = json_cassettes(tmp_path / "cassettes", 100, 100), tmp_path / "store"
-
-    def writing():
-        if (store / "CURRENT").exists():
-            time.sleep(0.3)
-            return True
-        return False
-
     code, _out, err = interrupted_run(["import", "cassette", *cassettes, "--store", str(store), "--session", "s"],
-                                      writing)
+                                      writing_to(store))
     assert code == 130, err
     imported, done = (int(n) for n in re.search(r"stbproxy: interrupted: (\d+) interactions imported, (\d+) of 100 "
                                                   r"files whole, and the store at .* is consistent", err).groups())
@@ -167,33 +152,23 @@ def test_ctrl_c_during_a_cassette_import_stops_between_interactions(tmp_path):
         assert sum(1 for _ in db.keys("http/")) == imported == len(list(db.session_records("s")))
 
 
-def test_ctrl_c_during_a_tools_import_leaves_the_catalog_as_it_was(tmp_path):
-    tools = tmp_path / "toolenv" / "tools"
-    for n in range(4000):
+def tool_docs(tools, count: int, apis: int = 3):
+    for n in range(count):
         doc = tools / "Data" / f"tool_{n}.json"
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(json.dumps({"tool_name": f"Tool {n}", "api_list": [
             {"name": f"get item {a}", "url": f"https://tool-{n}.p.rapidapi.com/items/{a}", "method": "GET"}
-            for a in range(3)]}))
-    small = tmp_path / "small" / "tools" / "Data" / "one.json"
-    small.parent.mkdir(parents=True)
-    small.write_text(json.dumps({"tool_name": "One", "api_list": [{"name": "x", "url": "https://one.example/x", "method": "GET"}]}))
-    catalog = tmp_path / "catalog.json"
-    lines: list[str] = []
+            for a in range(apis)]}))
+    return tools
 
+
+def test_ctrl_c_during_a_tools_import_leaves_the_catalog_as_it_was(tmp_path):
+    small, big = tool_docs(tmp_path / "small" / "tools", 1, 1), tool_docs(tmp_path / "big" / "tools", 4000)
+    catalog = tmp_path / "catalog.json"
+    first: list[str] = []
     # the small source is read first and says so; Ctrl-C then comes while the big one is read
-    process = subprocess.Popen([str(SCRIPT), "import", "tools", str(small.parents[2]), str(tools.parent),
-                                "--catalog", str(catalog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        lines.append(process.stdout.readline())
-        os.killpg(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert "1 APIs loaded" in lines[0] and "Aborted!" not in err and "Traceback" not in err
-    assert process.returncode == 130
+    code, _out, err = interrupted_run(["import", "tools", str(small), str(big), "--catalog", str(catalog)],
+                                      lambda process: first.append(process.stdout.readline()))
+    assert "1 APIs loaded" in first[0] and code == 130
     assert err.strip() == f"stbproxy: interrupted: nothing saved: the catalog {catalog} is as it was"
     assert not catalog.exists()
