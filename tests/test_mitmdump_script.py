@@ -73,6 +73,7 @@ def test_record_then_replay_with_mitmdump_script(tmp_path, upstream):
 @pytest.mark.parametrize("option,message", [
     ("stb_mode=sometimes", "stbproxy: error: stb_mode: unknown mode 'sometimes': choose one of virtual, record, replay"),
     ("stb_faults=status=999", "stbproxy: error: stb_faults: bad fault spec 'status=999'"),
+    ("stb_faults=", "stbproxy: error: stb_faults: empty fault spec '': it names no failure"),
     ("stb_validity=lenient", "stbproxy: error: stb_validity: validity policy 'lenient' is not one of auto, stb, strict"),
 ])
 def test_bad_option_value_stops_mitmdump_with_one_line_naming_the_option(tmp_path, option, message):
