@@ -109,7 +109,9 @@ def test_the_catalog_suggests_its_own_names_and_its_spelling_of_a_category(tmp_p
     assert by_path["Sports/live_score_for_Sports/MatchDetails.json"].suggestion == \
         "Sports/live_score_for_Sports/match_details.json"
     spelt = by_path["sports/"]
-    assert spelt.reachable and spelt.suggestion == "Sports/" and "the catalog spells this category Sports" in spelt.reason
+    assert spelt.reachable and spelt.suggestion == "Sports/"
+    assert "the catalog spells this category Sports" in spelt.reason
     # reached only by a request that names the category 'sports': imported, yet reported
-    assert [p.relative_to(tmp_path).as_posix() for p in placement.reachable] == ["sports/live_score_for_sports/team_form.json"]
+    reached = [p.relative_to(tmp_path).as_posix() for p in placement.reachable]
+    assert reached == ["sports/live_score_for_sports/team_form.json"]
     assert placement.unreachable_files == 2

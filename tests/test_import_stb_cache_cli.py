@@ -114,6 +114,7 @@ def test_only_failed_answers_import_nothing_and_name_include_invalid(tmp_path):
         "stbproxy: error: nothing imported: the 1 entries that could be read are failed answers (StableToolBench's "
         "check_result rejects them); --include-invalid imports them")
     # a second run that finds everything stored already has imported nothing new, and is fine
-    assert stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "s2"), "--include-invalid").returncode == 0
-    again = stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "s2"), "--include-invalid")
+    with_failures = ("import", "stb-cache", str(cache), "--store", str(tmp_path / "s2"), "--include-invalid")
+    assert stbproxy(*with_failures).returncode == 0
+    again = stbproxy(*with_failures)
     assert again.returncode == 0 and "imported: 0, duplicates: 1" in again.stdout

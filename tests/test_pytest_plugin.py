@@ -72,7 +72,11 @@ def test_unrecorded_request_fails_the_test_with_the_closest_and_its_diff(pyteste
 HTTPS_USER_TEST = '''
 import os, subprocess, sys
 
-AGENT = "import requests, sys; r = requests.get(sys.argv[1], timeout=20); print(r.status_code, r.headers.get('X-Stb-Source'))"
+AGENT = """
+import requests, sys
+r = requests.get(sys.argv[1], timeout=20)
+print(r.status_code, r.headers.get("X-Stb-Source"))
+"""
 
 def test_https_api(stb_proxy):
     out = subprocess.run([sys.executable, "-c", AGENT, {url!r}], env={{**os.environ, **stb_proxy.env}},
