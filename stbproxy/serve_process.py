@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from stbproxy.sessions import proxy_url
+from stbproxy.trust_bundle import write_client_bundle
 
 # The ready line, and only it: its start, not any line that mentions listening.
 _READY = re.compile(r"^stbproxy \S+ listening on http://(\S+?):(\d+) ")
@@ -53,9 +54,11 @@ class ServeProcess:
         return self.confdir / "mitmproxy-ca-cert.pem"
 
     def client_env(self, session: str | None = None) -> dict[str, str]:
-        """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust."""
+        """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust
+        beside the roots it trusted already (so a host it reaches directly still verifies),
+        as ``stbproxy env`` exports them."""
         proxy = proxy_url("127.0.0.1", self.port, session)
-        ca = str(self.ca_file)
+        ca = str(write_client_bundle(self.ca_file, self.env))
         return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
                 "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca,
                 "CURL_CA_BUNDLE": ca}

@@ -133,3 +133,11 @@ def test_the_evaluation_package_loads_only_for_eval():
              "print('stbeval.cli' in sys.modules, 'STBPROXY_EVAL_PASS_RATE_STORE' in result.output)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["False", "True True"]
+
+
+def test_import_tools_run_first_makes_the_store_folder_owner_only(tmp_path, stb_data):
+    store = tmp_path / "runs" / "store"
+    result = invoke("import", "tools", str(stb_data / "solvable_queries" / "test_instruction" / "G1_instruction.json"),
+                    "--store", str(store))
+    assert result.exit_code == 0, result.output
+    assert (store / "catalog.json").exists() and stat.S_IMODE(store.stat().st_mode) == 0o700

@@ -56,3 +56,22 @@ def test_a_ready_line_with_a_listening_port_is_believed(tmp_path):
               "time.sleep(30)")
     with Scripted(tmp_path, script) as process:
         assert process.port > 0
+
+
+@pytest.mark.integration
+def test_the_client_environment_trusts_the_proxy_and_what_the_client_trusted_before(tmp_path, tls_upstream, test_ca):
+    """The plugin's stb_proxy.env, like `stbproxy env`: an HTTPS host the agent reaches
+    directly (NO_PROXY) still verifies against the roots its environment named."""
+    import requests
+
+    with ServeProcess(tmp_path / "store", "--upstream-ca", str(test_ca.ca_file),
+                      env={"SSL_CERT_FILE": str(test_ca.ca_file)}) as proxy:
+        env = proxy.client_env()
+        bundle = env["REQUESTS_CA_BUNDLE"]
+        assert env["SSL_CERT_FILE"] == bundle != str(proxy.ca_file)
+        direct = requests.get(tls_upstream.url("/echo"), verify=bundle, proxies={"https": None}, timeout=10)
+        proxied = requests.get(tls_upstream.url("/echo"), verify=bundle, proxies={"https": env["HTTPS_PROXY"]},
+                               timeout=20)
+    assert direct.status_code == 200 and "X-Stb-Source" not in direct.headers
+    assert proxied.status_code == 200 and proxied.headers["X-Stb-Source"] == "upstream"
+    assert proxy.ca_file.read_text().strip() in open(bundle).read()

@@ -288,7 +288,7 @@ def _import_file(db, encoded, summary, shared) -> None:
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @store_option
 @click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Catalog file to update [default: catalog.json beside the store].")
+              help="Catalog file to update [default: catalog.json in the store's folder].")
 @shared_option
 def import_tools(sources, store, catalog, shared):
     """Load ToolBench tool docs (a tools/<Category>/<tool>.json folder) and StableToolBench
@@ -299,6 +299,7 @@ def import_tools(sources, store, catalog, shared):
     Example: stbproxy import tools data/toolenv/tools solvable_queries/test_instruction/*.json
     """
     from stbproxy.catalog import Catalog
+    from stbproxy.private_files import private_dir
     from stbproxy.settings import catalog_path_for
 
     target = catalog or catalog_path_for(store)
@@ -313,7 +314,7 @@ def import_tools(sources, store, catalog, shared):
                 click.echo(f"  skipped: {skipped.file}: {skipped.reason}", err=True)
             if len(report.skipped) > 20:
                 click.echo(f"  ... and {len(report.skipped) - 20} more", err=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)  # a store folder made here is the store's: owner-only
         known.save(target)  # atomic: a Ctrl-C leaves the old catalog or the new one
         saved = True
         if shared:  # published for the fleet: 'stbproxy sync --pull' fetches it on each machine
