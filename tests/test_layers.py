@@ -16,7 +16,7 @@ LAYERS = {
     "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
     "forgetting": 2, "stability_queries": 2, "provenance": 2,
     "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
-    "private_files": 3, "trust_bundle": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
+    "private_files": 3, "trust_bundle": 3, "cache_placement": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
     "engine": 4, "worker_link": 4, "reader_engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
     "cassettes": 2,
     "mitm": 5, "workers": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "redis_process": 5, "stability": 5,
