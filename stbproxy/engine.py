@@ -60,6 +60,7 @@ HIT_CACHE_MAX_BODY = 64 * 1024
 CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on the request alone)
 CALL_MEMO_MAX_BODY = 4 * 1024
 MAX_MISSES_KEPT = 10_000
+WARNED_HOSTS = 1024
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
 CONFIGURATION_FAILURES = frozenset({"tls"})
@@ -130,7 +131,8 @@ class Engine:
         # Routing and keying a request is pure: equal requests (every header and byte alike)
         # get the same Call, so a repeated one skips URL parsing, canonical JSON and hashing.
         self._calls: Recent[Call] = Recent(CALL_MEMO_ENTRIES)
-        self._warned: set[str] = set()  # hosts whose TLS failure has been logged as a warning
+        # Hosts whose TLS failure was logged as a warning (bounded: any client names hosts).
+        self._warned: Recent[bool] = Recent(WARNED_HOSTS)
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
@@ -289,8 +291,8 @@ class Engine:
 
     def _warn_once(self, host: str, text: str) -> None:
         """A warning seen without -v, once per host (a misconfiguration fails every call)."""
-        if host not in self._warned:
-            self._warned.add(host)
+        if self._warned.get(host) is None:
+            self._warned.put(host, True)
             log.warning("%s", text)
 
     def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
