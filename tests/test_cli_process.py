@@ -339,3 +339,15 @@ def test_ordered_replay_says_already_played_and_names_json_fields(tmp_path):
     assert again["error"] == ("stbproxy replay: already played (1 of 1): this is request 2 of its kind and "
                               "the cassette recorded 1")
     assert differs["closest"]["differences"] == [{"part": "json:prefix", "stored": "os", "got": "oslo"}]
+
+
+def test_clients_started_at_once_on_a_new_confdir_share_one_whole_ca(tmp_path):
+    """Eight `stbproxy env` (or serve) started together on a folder without a CA: one of them
+    creates it, and none reads a half-written key."""
+    for round_ in range(3):
+        confdir = tmp_path / f"certs-{round_}"
+        runs = [subprocess.Popen([sys.executable, "-m", "stbproxy", "env", "--confdir", str(confdir)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+        outputs = [run.communicate(timeout=120) for run in runs]
+        assert [run.returncode for run in runs] == [0] * 8, [err for _out, err in outputs if err]
+        assert len({out for out, _err in outputs}) == 1

@@ -36,7 +36,7 @@ from stbproxy.guard import Guard, loop_message
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.mitm.fast_lane import FastLane
 from stbproxy.models import Request, Response, Source
-from stbproxy.private_files import private_dir, private_umask
+from stbproxy.private_files import exclusive, private_dir, private_umask
 from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
@@ -788,6 +788,9 @@ def ca_cert_path(confdir: Path) -> Path:
     return confdir / CA_CERT_NAME
 
 
+CA_LOCK = ".stbproxy-ca.lock"
+
+
 def ensure_ca(confdir: Path) -> Path:
     """Create the interception CA in ``confdir`` if missing (key readable by the owner only);
     ConfigError names the folder when that cannot be done."""
@@ -795,7 +798,8 @@ def ensure_ca(confdir: Path) -> Path:
 
     try:
         private_dir(confdir)
-        CertStore.from_store(confdir, "mitmproxy", 2048)
+        with exclusive(confdir / CA_LOCK):  # one process creates the CA; the others then read it whole
+            CertStore.from_store(confdir, "mitmproxy", 2048)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ConfigError(f"cannot keep the CA in {confdir}: {reason}; choose a folder you can write to with "
