@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import json
 import logging
 import os
@@ -23,10 +22,9 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
-from mitmproxy import addonmanager, ctx, exceptions, flow as mitm_flow, hooks, http, options
+from mitmproxy import ctx, exceptions, http, options
 from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
-from mitmproxy.proxy import mode_servers
 
 from stbproxy.engine import DEFAULT_MAX_BODY
 from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
@@ -34,6 +32,7 @@ from stbproxy.errors import ConfigError, StbError
 from stbproxy.destinations import own_address
 from stbproxy.guard import Guard, loop_message
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from stbproxy.mitm import internals
 from stbproxy.mitm.fast_lane import FastLane
 from stbproxy.models import Request, Response, Source
 from stbproxy.private_files import exclusive, private_dir, private_umask
@@ -461,90 +460,19 @@ class ServeHooks:
     reuse_port: bool = False
 
 
-_addon_errors = logging.getLogger("mitmproxy.addonmanager")
-
-
-class _HookCache(addonmanager.AddonManager):
-    """mitmproxy's addon manager with each event's handlers looked up once.
-
-    mitmproxy walks every addon for every event of every flow (and triggers an "update"
-    event after each, which no addon of the lean master handles); the handlers of an event
-    only change when addons are added or removed, so they are listed once per event name.
-    An addon's exception is logged as mitmproxy logs it, and AddonHalt stops the event.
-    """
-
-    def __init__(self, master) -> None:
-        super().__init__(master)
-        self._handlers: dict[str, tuple] = {}
-
-    def register(self, addon):
-        self._handlers.clear()
-        return super().register(addon)
-
-    def add(self, *addons) -> None:
-        super().add(*addons)
-        self._handlers.clear()  # again: an addon joins the chain only after it registered
-
-    def remove(self, addon) -> None:
-        self._handlers.clear()
-        super().remove(addon)
-        self._handlers.clear()
-
-    def clear(self) -> None:
-        super().clear()
-        self._handlers.clear()
-
-    def _handlers_of(self, event) -> tuple:
-        handlers = self._handlers.get(event.name)
-        if handlers is None:
-            handlers = tuple(func for addon in self.chain for _, func in self._iter_hooks(addon, event))
-            self._handlers[event.name] = handlers
-        return handlers
-
-    async def handle_lifecycle(self, event) -> None:
-        await self.trigger_event(event)
-        if self._handlers_of(_UPDATE):  # only then build the "update" event that follows a flow's events
-            message = event.args()[0]
-            if isinstance(message, mitm_flow.Flow):
-                await self.trigger_event(hooks.UpdateHook([message]))
-
-    async def trigger_event(self, event) -> None:
-        handlers = self._handlers_of(event)
-        if not handlers:
-            return
-        args = event.args()
-        for func in handlers:
-            try:
-                result = func(*args)
-                if result is not None and inspect.isawaitable(result):
-                    await result
-            except exceptions.AddonHalt:
-                return
-            except exceptions.OptionsError:
-                raise
-            except Exception as exc:
-                _addon_errors.error(f"Addon error: {exc}", exc_info=True)
-
-
-_UPDATE = hooks.UpdateHook([])
-
-
-def _lean_master(opts: options.Options) -> Master:
-    """A master whose addon manager lists each event's handlers once (_HookCache)."""
-    master = Master(opts)
-    opts.changed.disconnect(master.addons._configure_all)
-    master.addons = _HookCache(master)
-    return master
-
-
-def _skip_debug_checks() -> None:
-    """mitmproxy type-checks every field of every message it builds, but only as a debug aid
-    (under ``if __debug__``, so ``python -O`` drops it); the embedded master skips it too."""
-    http.MessageData.__post_init__ = _no_checks
-
-
-def _no_checks(self) -> None:
-    return None
+def usable_internals() -> bool:
+    """Whether this mitmproxy has the private names the lean master and the fast lanes use
+    (internals.py). If not, serve runs on mitmproxy's own master and protocol layers, as
+    with --no-fast-lane, after one warning; without the names it listens with, it cannot run."""
+    missing = internals.changed(internals.LISTENING)
+    if missing:
+        raise ConfigError(internals.changed_message(missing, "stbproxy cannot listen with it; install the "
+                                                              f"mitmproxy version pyproject.toml pins ({internals.TESTED})"))
+    missing = internals.changed(internals.LEAN_MASTER + internals.FAST_LANE)
+    if missing:
+        log.warning("%s", internals.changed_message(missing, "running as with --no-fast-lane"))
+        return False
+    return True
 
 
 class _CoalescingWriter:
@@ -600,13 +528,12 @@ async def _listen(self, host: str, port: int) -> list:
         accepted = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over).serve
     if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
         self.handle_stream = accepted
-        return await _mitmproxy_listen(self, host, port)
+        return await internals.MITMPROXY_LISTEN(self, host, port)
     return [await asyncio.start_server(accepted, host or None, port, reuse_port=_listen.reuse_port or None)]
 
 
 _listen.reuse_port = False
 _listen.fast_lane = True
-_mitmproxy_listen = mode_servers.RegularInstance.listen
 
 
 class _Startup:
@@ -710,13 +637,15 @@ async def serve(
     """
     private_umask()  # the store, the CA and reports: owner-only, whatever the umask
     ensure_ca(confdir)
+    lean = usable_internals()
     opts = options.Options()
-    _skip_debug_checks()
+    if lean:
+        internals.skip_message_checks()
     hooks = hooks or ServeHooks()
-    mode_servers.RegularInstance.listen = _listen
+    internals.replace_listen(_listen)
     _listen.reuse_port = hooks.reuse_port
-    _listen.fast_lane = fast_lane
-    master = _lean_master(opts)
+    _listen.fast_lane = fast_lane and lean
+    master = internals.lean_master(opts) if lean else Master(opts)
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task] = []
 

@@ -24,7 +24,8 @@ from typing import Awaitable, Callable
 
 from mitmproxy import connection, flow as mitm_flow, http
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook, HttpResponseHook
-from mitmproxy.proxy.layers.http._http1 import make_error_response
+
+from stbproxy.mitm.internals import make_error_response
 
 from stbproxy.mitm.plain_http import MAX_BODY, MAX_HEAD, METHOD_START, Replayed, closes, connect_request, head_end, \
     plain_request, response_bytes

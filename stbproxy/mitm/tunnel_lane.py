@@ -7,7 +7,7 @@ terminate TLS itself. It builds the layers mitmproxy stacks after a CONNECT (a N
 which the next_layer addon turns into server-side and client-side TLS layers) and runs them
 the way mitmproxy's connection handler does: events in, commands out, hooks through the
 master's addon manager. Only where mitmproxy would put its HTTP layer for an HTTP/1 client
-does the lane stand in (``_StandIn``): from then on it decrypts with the TLS layer's own
+does the lane stand in (``internals.StandIn``): from then on it decrypts with the TLS layer's own
 OpenSSL connection and answers plain requests as it answers them on plain connections. The
 first request of any other kind goes to the HTTP layer mitmproxy chose, which serves the
 rest of the connection through the same TLS layers.
@@ -37,6 +37,7 @@ from mitmproxy.proxy.layers.http import HTTPMode, HttpConnectedHook, HttpConnect
 from mitmproxy.proxy.layers.tls import ClientTLSLayer
 from mitmproxy.utils import human
 
+from stbproxy.mitm.internals import StandIn
 from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, \
     response_bytes
 
@@ -44,28 +45,6 @@ log = logging.getLogger("stbproxy")
 connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy's connection handler logs
 
 NO_SERVER_CONNECTIONS = "stbproxy's fast lane opens no server connections (serve --no-fast-lane does)"
-
-
-class _StandIn(layer.Layer):
-    """Where mitmproxy's HTTP layer for an HTTP/1 client would be: keeps the decrypted bytes
-    for the lane until the lane hands the connection to that layer (``delegated``)."""
-
-    def __init__(self, http_layer: HttpLayer) -> None:
-        # Like mitmproxy's NextLayer, a stand-in is not one of the context's layers.
-        self.context = http_layer.context
-        self._paused = None
-        self._paused_event_queue = collections.deque()
-        self.http_layer = http_layer
-        self.buffer = bytearray()
-        self.delegated = False
-
-    def handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
-        if self.delegated:
-            yield from self.http_layer.handle_event(event)
-        elif isinstance(event, events.DataReceived):
-            self.buffer += event.data
-
-    _handle_event = handle_event
 
 
 class _WithoutReply:
@@ -115,7 +94,7 @@ class Tunnel:
         self.reader = reader
         self.writer = writer
         self.top: layer.Layer | None = None
-        self.stand_in: _StandIn | None = None
+        self.stand_in: StandIn | None = None
         self.tls: SSL.Connection | None = None  # the client TLS layer's connection, once the lane stands in
         self._client_tls: ClientTLSLayer | None = None
         self.closed = False
@@ -343,5 +322,5 @@ class Tunnel:
             if len(client_tls) == 1 and client_tls[0].tls is not None:
                 self._client_tls = client_tls[0]
                 self.tls = client_tls[0].tls
-                self.stand_in = next_layer.layer = _StandIn(chosen)
+                self.stand_in = next_layer.layer = StandIn(chosen)
 
