@@ -1,0 +1,355 @@
+"""The stbproxy addon: every proxied request through the engine (StbAddon), the same for
+``mitmdump -s addons/stbproxy_addon.py`` (ScriptAddon), and the stb_ options it declares,
+turned into Settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
+from pathlib import Path
+from typing import Callable, Optional
+
+from mitmproxy import ctx, exceptions, http
+
+from stbproxy.engine import DEFAULT_MAX_BODY
+from stbproxy.errors import ConfigError, StbError
+from stbproxy.destinations import own_address
+from stbproxy.guard import Guard, loop_message
+from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
+from stbproxy.models import Request, Source
+from stbproxy.redact import failure_text
+from stbproxy.runtime import Runtime
+from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
+from stbproxy.shared_store import shared_url_from_env
+from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
+from stbproxy.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
+from stbproxy.store import default_store_path
+
+log = logging.getLogger("stbproxy")
+
+SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+PROXY_AUTHORIZATION = "proxy-authorization"
+
+
+# -- the addon --------------------------------------------------------------------------
+
+
+class StbAddon:
+    """Answers every proxied request through the stbproxy engine."""
+
+    def __init__(self, make_runtime: Callable[[Settings], Runtime] = Runtime) -> None:
+        self.make_runtime = make_runtime
+        self.runtime: Runtime | None = None
+        self.settings: Settings | None = None
+        self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
+        self.guard = Guard()  # per-request limits, destinations, the proxy's own address
+        self.close_error: StbError | None = None  # why the store could not be closed cleanly
+        self.prebuilt = Prebuilt()
+
+    def load(self, loader) -> None:
+        loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
+        loader.add_option("stb_store", str, "", "Store directory (default: $STBPROXY_STORE or ./.stbproxy/store).")
+        loader.add_option("stb_passthrough", Sequence[str], [], "Host globs always forwarded and never answered from the store (still logged, redacted).")
+        loader.add_option("stb_secret_fields", Sequence[str], [], "Extra query/body field names that are secret: redacted and never part of a key.")
+        loader.add_option("stb_secret_headers", Sequence[str], [], "Extra header names that are secret: redacted and never stored.")
+        loader.add_option("stb_volatile_fields", Sequence[str], [], "Query/body field names left out of keys (timestamps, nonces).")
+        loader.add_option("stb_max_body", int, DEFAULT_MAX_BODY, "Bodies larger than this many bytes are forwarded but not stored.")
+        loader.add_option("stb_upstream_timeout", str, "30", "Seconds to wait for the real API.")
+        loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
+        loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
+        loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
+        loader.add_option("stb_session", Optional[str], None, "Session for requests that name none (default: one per run, serve-<time>).")
+        loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
+        loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
+        loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
+        loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
+        loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first).")
+        loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
+        loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
+        loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
+        loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
+        loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
+        loader.add_option("stb_simulator", str, "auto", "auto, llm, schema or off (auto: llm when an LLM is configured, else schema).")
+        loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
+        loader.add_option("stb_sim_temperature", str, "0", "The simulator's sampling temperature.")
+        loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
+        loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
+        loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
+        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
+        loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
+        loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
+        loader.add_option("stb_allow_hosts", Sequence[str], [], "Destination host globs always allowed (they win over stb_deny_hosts and the private-address rule).")
+        loader.add_option("stb_deny_hosts", Sequence[str], [], "Destination host globs refused with 403.")
+
+    def configure(self, updated: set[str]) -> None:
+        if self.settings is not None and not any(name.startswith("stb_") or name in ("listen_host", "proxyauth")
+                                                 for name in updated):
+            return
+        self.settings = settings_from_options(ctx.options)
+        self.guard.configure(self.settings, ctx.options.listen_host, bool(getattr(ctx.options, "proxyauth", None)))
+        # The store opens when the proxy starts running, not while options are still being
+        # set (that would open the default store before --set stb_store arrives). A live
+        # change (mitmweb's options editor) reopens it at once.
+        if self.runtime is not None and self.runtime.settings != self.settings:
+            self._close_runtime()
+            try:
+                self.open_runtime()
+            except StbError as exc:
+                raise exceptions.OptionsError(str(exc)) from exc
+
+    def running(self) -> None:
+        try:
+            self.open_runtime()
+        except (exceptions.OptionsError, StbError) as exc:
+            log.error("stbproxy: error: %s", exc)  # mitmproxy's errorcheck stops start-up on an error line
+
+    def open_runtime(self) -> Runtime:
+        """The running parts, opened on first use; StbError names what cannot be opened."""
+        if self.runtime is None:
+            if self.settings is None:
+                self.settings = settings_from_options(ctx.options)
+            self.runtime = self.make_runtime(self.settings)
+            log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
+        return self.runtime
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        await self.check_head(flow)
+        if flow.response is not None:
+            return
+        # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
+        name = session_from_headers(header_items(flow))
+        if name:
+            self._tunnel_sessions[flow.client_conn.id] = name
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        await self.check_head(flow)
+
+    async def check_head(self, flow: http.HTTPFlow) -> None:
+        """Before the body is read (guard.py): answers to wrong credentials are held back, a
+        head over the limits gets 431, a CONNECT to a refused destination 403."""
+        request = flow.request
+        # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
+        wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers
+        refusal = await self.guard.check_head(
+            method=request.method, host=request.host, port=request.port, fields=request.headers.fields,
+            client=flow.client_conn.peername, local=flow.client_conn.sockname,
+            credentials=wrong or "proxyauth" in flow.metadata, auth_failed=wrong)
+        if refusal is not None and flow.response is None:
+            flow.response = error_response(refusal.status, refusal.message)
+
+    def client_disconnected(self, client) -> None:
+        self._tunnel_sessions.pop(client.id, None)
+
+    def session_for(self, flow: http.HTTPFlow) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """The request's session, and its header fields without the naming ones, which are
+        removed from the flow so that they never travel on."""
+        headers = header_items(flow)
+        name = session_from_headers(headers)
+        names = {key.lower() for key, _ in headers}
+        if SESSION_HEADER_LOWER in names or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None):
+            flow.request.headers.pop(SESSION_HEADER, None)
+            if proxy_user(headers) is not None:
+                flow.request.headers.pop("Proxy-Authorization", None)
+            headers = header_items(flow)
+        return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session, headers
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or flow.error is not None:
+            return  # another addon answered, or the flow is dead
+        if addressed_to_proxy(flow):
+            flow.response = await self.own_endpoint(flow)
+            return
+        refusal = await self.guard.check_request(flow.request.host, flow.request.raw_content or b"",
+                                                 flow.request.headers.get("content-type"))
+        if refusal is not None:  # a refused destination (403), a body nested too deep (422)
+            flow.response = error_response(refusal.status, refusal.message)
+            return
+        session, headers = self.session_for(flow)
+        request = request_from_flow(flow, headers)
+        try:
+            if may_be_virtual_call(request) and await self.proxied_virtual(flow, request, session):
+                return
+            answer = await self.open_runtime().engine.handle(request, session)
+        except Exception as exc:  # one bad request must never take the proxy down
+            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+            flow.response = error_response(502, "stbproxy internal error (see the proxy's log)")
+            return
+        if answer.source is Source.CACHE:
+            flow.response = self.prebuilt.response(answer.key, answer.response,
+                                                   lambda: response_to_mitm(answer.response))
+        else:
+            flow.response = response_to_mitm(answer.response)
+        flow.metadata["stb_source"] = answer.source.value
+        flow.metadata["stb_session"] = session
+        flow.metadata["stb_key"] = answer.key
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        # An answer to HEAD has the headers of a GET's and no body (a stored or simulated answer
+        # has one): a body would be read as the start of the next answer on the connection.
+        if flow.request.method == "HEAD" and flow.response is not None and flow.response.raw_content:
+            flow.response.raw_content = b""
+
+    async def proxied_virtual(self, flow: http.HTTPFlow, request: Request, session: str) -> bool:
+        """Answer a /virtual call addressed to another server; False: it is plain HTTP."""
+        try:
+            reply = await self.open_runtime().virtual.handle_proxied(request, session)
+        except Exception as exc:  # never a 500 for one bad call
+            log.error("stbproxy failed on a /virtual call: %s", failure_text(request, exc, self.settings.key_rules()))
+            reply = VirtualReply(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
+                                 "error")
+        if reply is None:
+            return False
+        flow.response = self.virtual_response(reply)
+        flow.metadata["stb_source"] = reply.source
+        flow.metadata["stb_session"] = session
+        return True
+
+    def virtual_response(self, reply: VirtualReply) -> http.Response:
+        def build() -> http.Response:
+            return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
+
+        if reply.hit_key is None:
+            return build()
+        return self.prebuilt.response("virtual " + reply.hit_key, reply, build)
+
+    async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
+        """A request to the proxy's own address: /virtual, else a pointer to usage (404), or a
+        loop error (508) when it names the proxy in a way only a relayed request does.
+
+        Never forwarded: that would send the proxy a request to itself, forever.
+        """
+        is_virtual, named_session = own_virtual_path(flow.request.path)
+        if is_virtual:
+            if flow.request.method != "POST":
+                return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
+            if named_session:
+                session, headers = named_session, header_items(flow)
+            else:
+                session, headers = self.session_for(flow)
+            try:
+                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"", session,
+                                                                 headers=headers)
+            except Exception as exc:  # never a 500 for one bad call
+                request = request_from_flow(flow)
+                log.error("stbproxy /virtual failed: %s", failure_text(request, exc, self.settings.key_rules()))
+                return json_response(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
+                                     "error")
+            flow.metadata["stb_source"] = reply.source
+            return self.virtual_response(reply)
+        if own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) == "other":
+            # Only a request relayed to the proxy names it so: it would loop back here.
+            return error_response(508, loop_message(flow.request.method, flow.request.host, flow.request.port))
+        return error_response(404, f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; use this "
+                                   "address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual")
+
+    async def done(self) -> None:
+        if self.runtime is not None:
+            runtime, self.runtime = self.runtime, None
+            try:
+                await runtime.aclose()
+            except StbError as exc:  # a failed flush: reported by serve() as an error exit
+                log.error("%s", exc)
+                self.close_error = exc
+
+    def _close_runtime(self) -> None:
+        if self.runtime is None:
+            return
+        runtime, self.runtime = self.runtime, None
+        runtime.store.close()  # synchronously: a new runtime may reopen the same store
+        try:
+            asyncio.get_running_loop().create_task(runtime.upstream.aclose())
+        except RuntimeError:
+            pass  # no loop yet (configure at start-up): nothing was connected
+
+
+class ScriptAddon(StbAddon):
+    """StbAddon as ``mitmdump -s addons/stbproxy_addon.py`` loads it: a bad stb_ option at
+    start-up is one error line, after which mitmdump stops, instead of the traceback that
+    mitmproxy prints for any exception in a script; later changes (mitmweb's option
+    editor) are refused as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._started = False
+
+    def configure(self, updated: set[str]) -> None:
+        try:
+            super().configure(updated)
+        except exceptions.OptionsError as exc:
+            if self._started:
+                raise
+            self.settings = None
+            log.error("stbproxy: error: %s", exc)
+
+    def running(self) -> None:
+        self._started = True
+        super().running()
+
+
+def settings_from_options(opts) -> Settings:
+    """Validate every stb_ option; an OptionsError names the option at fault."""
+
+    def checked(name: str, parse: Callable):
+        try:
+            return parse(getattr(opts, name))
+        except ConfigError as exc:
+            raise exceptions.OptionsError(f"{name}: {exc}") from exc
+
+    if opts.stb_max_body < 0:
+        raise exceptions.OptionsError("stb_max_body: must be 0 or more bytes")
+    for name in ("stb_upstream_ca", "stb_catalog", "stb_cassette"):
+        value = getattr(opts, name)
+        if value and not Path(value).is_file():
+            raise exceptions.OptionsError(f"{name}: no such file: {value}")
+    values = dict(
+        store=Path(opts.stb_store) if opts.stb_store else default_store_path(),
+        mode=checked("stb_mode", parse_mode),
+        passthrough=tuple(opts.stb_passthrough),
+        secret_fields=tuple(opts.stb_secret_fields),
+        secret_headers=tuple(opts.stb_secret_headers),
+        volatile_fields=tuple(opts.stb_volatile_fields),
+        max_body_bytes=opts.stb_max_body,
+        upstream_timeout=checked("stb_upstream_timeout", parse_timeout),
+        upstream_ca=opts.stb_upstream_ca,
+        upstream_insecure=opts.stb_upstream_insecure,
+        upstream_proxy=opts.stb_upstream_proxy,
+        validity=opts.stb_validity,
+        refresh_simulated=opts.stb_refresh_simulated,
+        faults=tuple(opts.stb_faults),
+        fault_seed=opts.stb_fault_seed,
+        catalog=Path(opts.stb_catalog) if opts.stb_catalog else None,
+        toolbench_url=opts.stb_toolbench_url,
+        # A key for real RapidAPI calls made on behalf of /virtual: from the environment
+        # only, so that it never shows among mitmproxy's (printable) options.
+        rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
+        session=opts.stb_session,
+        cassette=Path(opts.stb_cassette) if opts.stb_cassette else None,
+        ordered=opts.stb_ordered,
+        report=Path(opts.stb_report) if opts.stb_report else None,
+        allow_empty=opts.stb_allow_empty,
+        simulator=opts.stb_simulator,
+        sim_model=opts.stb_sim_model,
+        sim_temperature=checked("stb_sim_temperature", parse_temperature),
+        sim_max_tokens=opts.stb_sim_max_tokens,
+        sim_seed=opts.stb_sim_seed,
+        sim_concurrency=opts.stb_sim_concurrency,
+        shared=opts.stb_shared or shared_url_from_env(),
+        max_headers=opts.stb_max_headers,
+        max_header_bytes=opts.stb_max_header_bytes,
+        allow_hosts=tuple(opts.stb_allow_hosts),
+        deny_hosts=tuple(opts.stb_deny_hosts),
+    )
+    try:
+        return Settings(**values)
+    except ConfigError as exc:
+        option = f"stb_{exc.setting}" if exc.setting else "stb options"
+        raise exceptions.OptionsError(f"{option}: {exc}") from exc
+
+
+def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
+    """True for a request to the proxy's own listening address, in any spelling (127.1,
+    2130706433, 0.0.0.0, localhost, [::1] on its port): served here, never forwarded."""
+    return own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) is not None

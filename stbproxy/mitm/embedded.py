@@ -1,0 +1,299 @@
+"""The embedded proxy ``stbproxy serve`` runs: a lean mitmproxy master with only the addons
+a proxy needs, whose connections start in the fast lane, and which reports ready only once
+it can serve."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from mitmproxy import ctx, exceptions, options
+from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
+from mitmproxy.master import Master
+
+from stbproxy.errors import ConfigError, StbError
+from stbproxy.mitm import internals
+from stbproxy.mitm.addon import StbAddon
+from stbproxy.mitm.ca import ensure_ca
+from stbproxy.mitm.fast_lane import FastLane
+from stbproxy.private_files import private_umask
+from stbproxy.runtime import Runtime
+from stbproxy.settings import Settings
+
+log = logging.getLogger("stbproxy")
+
+
+
+# -- the embedded master ------------------------------------------------------------------
+
+
+@dataclass
+class ServeHooks:
+    """What ``serve --workers`` (workers.py) adds to one embedded proxy: how its Runtime is
+    built, what runs once it listens and before it reports ready (``listening(runtime, host,
+    port, stop)``; a StbError there is a start-up failure), what must stop before the master
+    does, and whether the port is shared (SO_REUSEPORT)."""
+
+    make_runtime: Callable[[Settings], Runtime] = Runtime
+    listening: Callable[[Runtime, str, int, Callable[[], None]], Awaitable[None]] | None = None
+    stopping: Callable[[], Awaitable[None]] | None = None
+    reuse_port: bool = False
+
+
+def usable_internals() -> bool:
+    """Whether this mitmproxy has the private names the lean master and the fast lanes use
+    (internals.py). If not, serve runs on mitmproxy's own master and protocol layers, as
+    with --no-fast-lane, after one warning; without the names it listens with, it cannot run."""
+    missing = internals.changed(internals.LISTENING)
+    if missing:
+        raise ConfigError(internals.changed_message(missing, "stbproxy cannot listen with it; install the "
+                                                              f"mitmproxy version pyproject.toml pins ({internals.TESTED})"))
+    missing = internals.changed(internals.LEAN_MASTER + internals.FAST_LANE)
+    if missing:
+        log.warning("%s", internals.changed_message(missing, "running as with --no-fast-lane"))
+        return False
+    return True
+
+
+class _CoalescingWriter:
+    """A client connection's writer that sends what one turn of the event loop wrote in one
+    system call: mitmproxy writes a response's head and body separately, and each write to
+    an idle socket is a send() of its own (on loopback, the costliest call of a hit)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending = []
+            if not self._writer.is_closing():
+                self._writer.write(data)
+
+    async def drain(self) -> None:
+        self._flush()
+        await self._writer.drain()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._writer.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._writer, name)
+
+
+async def _listen(self, host: str, port: int) -> list:
+    """How the embedded master listens (in place of mitmproxy's regular-mode ``listen``): each
+    connection starts in the fast lane (fast_lane.py) unless ``serve(fast_lane=False)``, and
+    what mitmproxy serves writes through _CoalescingWriter; SO_REUSEPORT when several workers
+    share the port (``reuse_port``, set by serve())."""
+    mitmproxy_handles = self.handle_stream
+
+    async def handed_over(reader, writer) -> None:
+        await mitmproxy_handles(reader, _CoalescingWriter(writer))
+
+    accepted = handed_over
+    if _listen.fast_lane:
+        accepted = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over).serve
+    if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
+        self.handle_stream = accepted
+        return await internals.MITMPROXY_LISTEN(self, host, port)
+    return [await asyncio.start_server(accepted, host or None, port, reuse_port=_listen.reuse_port or None)]
+
+
+_listen.reuse_port = False
+_listen.fast_lane = True
+
+
+class _Startup:
+    """Reports readiness only when the proxy is ready: the store, catalog and cassette are
+    open (before the master runs) and the listening socket is up. mitmproxy's own errors
+    during start-up (a port in use) are held back and turned into one message instead."""
+
+    def __init__(self, on_ready: Callable[[str, int, Runtime], None], stb: StbAddon, hooks: ServeHooks,
+                 stop: Callable[[], None]) -> None:
+        self.on_ready = on_ready
+        self.stb = stb
+        self.hooks = hooks
+        self.stop = stop
+        self.errors: list[str] = []
+        self.failure: str | None = None
+        self._handler = _Collect(self.errors)
+        self._mitm_log = logging.getLogger("mitmproxy")
+
+    def watch(self) -> None:
+        self._mitm_log.addHandler(self._handler)
+        self._mitm_log.propagate = False
+
+    def unwatch(self) -> None:
+        self._mitm_log.removeHandler(self._handler)
+        self._mitm_log.propagate = True
+
+    async def running(self) -> None:
+        self.unwatch()
+        server = ctx.master.addons.get("proxyserver")
+        addresses = server.listen_addrs()
+        runtime = self.stb.runtime
+        if self.errors or not addresses or runtime is None:
+            self.failure = listen_failure(self.errors) if self.errors else "the proxy did not start listening"
+            ctx.master.shutdown()
+            return
+        await runtime.ready()  # a shared tier has had its first try at connecting
+        host, port, *_ = addresses[0]
+        if self.hooks.listening is not None:
+            try:
+                await self.hooks.listening(runtime, host, port, self.stop)
+            except StbError as exc:
+                self.failure = str(exc)
+                self.stop()
+                return
+        # Everything loaded so far lives as long as the proxy: keep it out of the garbage
+        # collector's full passes, which otherwise stall every request for tens of ms.
+        gc.freeze()
+        self.on_ready(host, port, runtime)
+
+
+class _Collect(logging.Handler):
+    """Keeps mitmproxy's error lines (for _Startup); passes the rest on as usual."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__()
+        self.errors = errors
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors.append(record.getMessage())
+            return
+        for handler in logging.getLogger().handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def listen_failure(errors: list[str]) -> str:
+    """mitmproxy's start-up errors as one line that names stbproxy's own options."""
+    text = errors[0]
+    where = re.search(r"listen on (\S+?):(\d+)", text)
+    address = f"{where.group(1)}:{where.group(2)}" if where else "the address"
+    if "address already in use" in text.lower() or "errno 98" in text.lower():
+        return (f"cannot listen on {address}: the port is in use (another stbproxy?); stop that process "
+                "or choose another port with --port (--port 0 picks a free one)")
+    if "permission denied" in text.lower() or "errno 13" in text.lower():
+        return f"cannot listen on {address}: permission denied; ports below 1024 need root, choose another --port"
+    if "cannot assign requested address" in text.lower() or "errno 99" in text.lower():
+        return f"cannot listen on {address}: no such address on this machine; choose another --host"
+    first = text.split(" with ", 1)[-1].splitlines()[0]
+    return f"cannot listen on {address}: {first}; check --host and --port"
+
+
+async def serve(
+    stb_options: dict,
+    *,
+    listen_host: str,
+    listen_port: int,
+    confdir: Path,
+    proxy_auth: str | None = None,
+    on_ready: Callable[[str, int, Runtime], None] = lambda host, port, runtime: None,
+    hooks: ServeHooks | None = None,
+    fast_lane: bool = True,
+) -> None:
+    """Run a lean proxy until SIGINT/SIGTERM; returns after everything is closed.
+
+    The CA, the options, the store, catalog and cassette are opened and checked before
+    anything listens, and ``on_ready`` is called only once the socket is up (and a shared
+    tier has had its first try at connecting): a failure at any step raises StbError
+    (ConfigError) and nothing ready is ever reported. ``fast_lane=False`` leaves every
+    request to mitmproxy's own protocol layers (``serve --no-fast-lane``).
+    """
+    private_umask()  # the store, the CA and reports: owner-only, whatever the umask
+    ensure_ca(confdir)
+    lean = usable_internals()
+    opts = options.Options()
+    if lean:
+        internals.skip_message_checks()
+    hooks = hooks or ServeHooks()
+    internals.replace_listen(_listen)
+    _listen.reuse_port = hooks.reuse_port
+    _listen.fast_lane = fast_lane and lean
+    master = internals.lean_master(opts) if lean else Master(opts)
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task] = []
+
+    def stop() -> None:
+        """Stop once: what ``hooks.stopping`` names first (other workers), then the master."""
+        if not stopping:
+            stopping.append(loop.create_task(_stop(hooks, master)))
+
+    auth_addons = [proxyauth.ProxyAuth()] if proxy_auth else []
+    stb = StbAddon(hooks.make_runtime)
+    startup = _Startup(on_ready, stb, hooks, stop)
+    master.addons.add(
+        core.Core(),
+        *auth_addons,
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        stb,
+        startup,
+    )
+    extra = {"proxyauth": proxy_auth} if proxy_auth else {}
+    try:
+        opts.update(
+            listen_host=listen_host,
+            listen_port=listen_port,
+            confdir=str(confdir),
+            # lazy: do not connect upstream before answering, so replay works offline
+            connection_strategy="lazy",
+            **extra,
+            **stb_options,
+        )
+    except exceptions.OptionsError as exc:
+        raise ConfigError(str(exc)) from exc
+    stb.open_runtime()  # StbError: a locked store, a bad catalog or cassette, ... before listening
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    startup.watch()
+    try:
+        await master.run()
+    finally:
+        startup.unwatch()
+        if stopping:
+            await stopping[0]
+        if stb.runtime is not None:  # start-up stopped before mitmproxy's done hook
+            await stb.done()
+    # Client connections still open are cancelled by asyncio.run's cleanup, and asyncio's
+    # stream callbacks report each such cancellation as an error: expected at shutdown.
+    loop.set_exception_handler(_quiet_about_cancelled)
+    if startup.failure:
+        raise ConfigError(startup.failure)
+    if stb.close_error is not None:
+        raise stb.close_error
+
+
+async def _stop(hooks: ServeHooks, master: Master) -> None:
+    try:
+        if hooks.stopping is not None:
+            await hooks.stopping()
+    finally:
+        master.shutdown()
+
+
+def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)

@@ -1,0 +1,132 @@
+"""mitmproxy's flows and our models, both ways: a flow's request as a models.Request, an
+answer as a mitmproxy Response (recent hits' responses built once, Prebuilt), and the
+exchanges of a mitmproxy flow file (``mitmdump -w``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from http import HTTPStatus
+from typing import Callable
+
+from mitmproxy import exceptions, http
+
+from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
+from stbproxy.models import Request, Response
+from stbproxy.recent import Recent
+
+log = logging.getLogger("stbproxy")
+
+PREBUILT_ENTRIES = 4096  # response heads of recent hits, ready to send
+
+
+# -- conversions ------------------------------------------------------------------------
+
+
+def header_items(flow: http.HTTPFlow) -> tuple[tuple[str, str], ...]:
+    """The request's header fields as text, decoded as mitmproxy's ``items(multi=True)`` does."""
+    return tuple((k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                 for k, v in flow.request.headers.fields)
+
+
+def request_from_flow(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...] | None = None) -> Request:
+    req = flow.request
+    return Request(
+        method=req.method,
+        url=req.url,
+        headers=header_items(flow) if headers is None else headers,
+        body=req.raw_content or b"",
+    )
+
+
+def response_to_mitm(response: Response) -> http.Response:
+    # Response.make sets Content-Length from the body; stored headers carry none.
+    return with_reason(http.Response.make(
+        response.status,
+        response.body,
+        [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in response.headers],
+    ))
+
+
+def json_response(status: int, document: dict, source: str) -> http.Response:
+    return with_reason(http.Response.make(
+        status,
+        # Texts may quote what a client sent, lone surrogates included: \u-escapes keep any of it.
+        json.dumps(document).encode(),
+        {"Content-Type": "application/json", SOURCE_HEADER: source, ORIGIN_HEADER: source},
+    ))
+
+
+def with_reason(response: http.Response) -> http.Response:
+    """mitmproxy leaves the reason phrase of some codes (431, 508) empty."""
+    if not response.reason:
+        try:
+            response.reason = HTTPStatus(response.status_code).phrase
+        except ValueError:
+            pass
+    return response
+
+
+def error_response(status: int, message: str) -> http.Response:
+    return json_response(status, {"error": message, "response": ""}, "error")
+
+
+class Prebuilt:
+    """The parts of recent hits' responses (status line, header fields, body), built once by
+    the usual construction and reused while the engine answers with the same object: a hit
+    then costs one Response object, byte for byte what the construction makes."""
+
+    def __init__(self, size: int = PREBUILT_ENTRIES) -> None:
+        self._parts: Recent[tuple] = Recent(size)
+
+    def response(self, name: str, source: object, build: Callable[[], http.Response]) -> http.Response:
+        parts = self._parts.get(name)
+        if parts is None or parts[0] is not source:
+            made = build()
+            parts = self._parts.put(name, (source, made.data.http_version, made.status_code, made.data.reason,
+                                           made.headers.fields, made.raw_content))
+            return made
+        now = time.time()
+        return http.Response(parts[1], parts[2], parts[3], http.Headers(parts[4]), parts[5], None, now, now)
+
+
+
+def read_flow_file(path: str | os.PathLike):
+    """The HTTP exchanges of a mitmproxy flow file (``mitmdump -w``), in order, as
+    ``(Request, Response | None)`` (None: the flow got no answer). Bodies are decoded
+    (no Content-Encoding), as the store keeps answers. A file mitmproxy cannot read (another
+    version's format, corrupt, truncated) raises InputError naming it, after the flows
+    read before the damage."""
+    from mitmproxy import io as mitm_io
+
+    from stbproxy.errors import InputError
+
+    count = 0
+    try:
+        with open(path, "rb") as handle:
+            for flow in mitm_io.FlowReader(handle).stream():
+                count += 1
+                if not isinstance(flow, http.HTTPFlow):
+                    continue  # TCP, UDP, DNS flows: nothing HTTP to import
+                request = Request(flow.request.method, flow.request.url,
+                                  tuple(flow.request.headers.items(multi=True)), flow.request.raw_content or b"")
+                answer = flow.response
+                if answer is None:
+                    yield request, None
+                    continue
+                headers = tuple(answer.headers.items(multi=True))
+                body = answer.get_content(strict=False) or b""
+                if answer.headers.get("content-encoding") and body != (answer.raw_content or b""):
+                    headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
+                yield request, Response(answer.status_code, headers, body, answer.reason or "")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except exceptions.FlowReadException as exc:
+        from mitmproxy.version import VERSION
+
+        raise InputError(f"{path}: not a flow file mitmproxy {VERSION} can read (after {count} flows: {exc}); "
+                         "files from newer mitmproxy versions are not readable by older ones") from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{path}: damaged flow file after {count} flows: {exc}") from exc
