@@ -5,9 +5,12 @@ from pathlib import Path
 import pytest
 
 from tests.servers import TestCA, Upstream
+from tests.stb_samples import real_stb_data, require_real_stb_data, stb_data_path, write_sample_stb
 
 REPO = Path(__file__).resolve().parent.parent
-STB_DATA = REPO.parent / "shared" / "data" / "stabletoolbench"
+STB_DATA = stb_data_path()  # $STBPROXY_STB_DATA, else ../shared/data/stabletoolbench (see tests/stb_samples.py)
+# Tests taking ``stb_data`` run on a small generated folder, and on the real one when it is there.
+STB_SOURCES = ["sample", "real"] if real_stb_data() else ["sample"]
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -20,11 +23,22 @@ def _ca_outside_the_home_folder(tmp_path_factory):
     patch.undo()
 
 
+@pytest.fixture(scope="session")
+def stb_sample(tmp_path_factory) -> Path:
+    """A small StableToolBench data folder written by the tests (made-up content, real formats)."""
+    return write_sample_stb(tmp_path_factory.mktemp("stb-sample"))
+
+
+@pytest.fixture(params=STB_SOURCES)
+def stb_data(request) -> Path:
+    """A StableToolBench data folder: the generated sample, then the real one when present."""
+    return request.getfixturevalue("stb_sample") if request.param == "sample" else require_real_stb_data()
+
+
 @pytest.fixture
-def stb_data() -> Path:
-    if not STB_DATA.is_dir():
-        pytest.skip(f"StableToolBench sample data not found at {STB_DATA}")
-    return STB_DATA
+def stb_real() -> Path:
+    """StableToolBench's real data folder, for assertions about its exact content (skips without it)."""
+    return require_real_stb_data()
 
 
 @pytest.fixture
