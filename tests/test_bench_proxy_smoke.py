@@ -1,4 +1,4 @@
-"""Smoke test for scripts/bench_proxy.py: a --quick run completes with every request good.
+"""Smoke test for scripts/bench/bench_proxy.py: a --quick run completes with every request good.
 
 It checks the benchmark works, not the figures: those depend on the machine.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_proxy.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench" / "bench_proxy.py"
 RUN_TIMEOUT = 120  # --quick takes seconds; mitmproxy start-up on a busy machine takes longer
 
 

@@ -5,23 +5,20 @@ upstream of its own: the same conversations, byte for byte the same answers.
 The conversations cover what the lane answers (/virtual calls, plain-HTTP hits and misses,
 sessions, errors of the proxy's own), what it hands to mitmproxy (HEAD, HTTP/1.0, chunked,
 Expect, heads mitmproxy refuses, over-long heads) and both on one connection; then seeded
-hostile cases (scripts/fuzzkit.py). Ports and Date headers are the only differences allowed.
+hostile cases (scripts/reliability/fuzzkit.py). Ports and Date headers are the only
+differences allowed.
 """
 
 from __future__ import annotations
 
 import re
 import socket
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from scripts.reliability import fuzzkit
 from tests.servers import ProxyProcess, Upstream
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import fuzzkit  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""Hostile input from a seeded generator (scripts/fuzzkit.py) against a running proxy's
-proxy path, its /virtual endpoint and its own address, bounded in time.
+"""Hostile input from a seeded generator (scripts/reliability/fuzzkit.py) against a
+running proxy's proxy path, its /virtual endpoint and its own address, bounded in time.
 
 Whatever comes in, the proxy answers 4xx (or a normal answer), never 5xx or an internal
 error, prints no traceback, and keeps answering ordinary requests. The proxy may reach
@@ -8,19 +8,15 @@ nothing but the upstream on loopback (--deny-host '*' --allow-host 127.0.0.1).
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import requests
 
+from scripts.reliability import fuzzkit
 from tests.servers import ProxyProcess
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import fuzzkit  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

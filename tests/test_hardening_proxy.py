@@ -17,10 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from scripts.reliability import fuzzkit  # raw requests, as hostile clients send them
 from tests.servers import ProxyProcess
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import fuzzkit  # noqa: E402  (raw requests, as hostile clients send them)
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
-"""The benchmarks' load generator (scripts/hitload.py) counts what went wrong: a figure from
-it is only as honest as its checks. Run as the benchmarks run it, against a loopback server
-that misbehaves on purpose.
+"""The benchmarks' load generator (scripts/bench/hitload.py) counts what went wrong: a
+figure from it is only as honest as its checks. Run as the benchmarks run it, against a
+loopback server that misbehaves on purpose.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-HITLOAD = Path(__file__).resolve().parent.parent / "scripts" / "hitload.py"
+HITLOAD = Path(__file__).resolve().parent.parent / "scripts" / "bench" / "hitload.py"
 GOOD = b"hello"
 
 

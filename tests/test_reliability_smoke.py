@@ -1,6 +1,6 @@
-"""scripts/reliability.py still runs: --quick, as a real process, without the phases the
-suite covers on its own (the fuzz set: test_fuzz_proxy.py; a store that cannot be
-written: test_hardening_proxy.py) and without mounting anything."""
+"""scripts/reliability/reliability.py still runs: --quick, as a real process, without the
+phases the suite covers on its own (the fuzz set: test_fuzz_proxy.py; a store that cannot
+be written: test_hardening_proxy.py) and without mounting anything."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "reliability.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "reliability" / "reliability.py"
 
 
 @pytest.mark.integration

@@ -22,7 +22,10 @@ interpreter with the proxy or the fake LLM. Every hit is checked (status 200, th
 upstream's body, `X-Stb-Source: cache`), every miss must come back `simulated`. Exit
 status 1 means requests failed; missing the target is reported but is not an error.
 
-Usage: python scripts/bench_simulator.py [--quick] [--requests N] [--misses M] [--repeats R]
+Baseline (measured in the same run, alternating with the measured case): the p99 of the
+same hits with no simulation in flight.
+
+Usage: python scripts/bench/bench_simulator.py [--quick] [--requests N] [--misses M] [--repeats R]
 """
 
 from __future__ import annotations
@@ -39,19 +42,18 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from benchkit import child_env, console_script, cpu_seconds, percentile
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # for tests.fakes.fake_openai
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run as a file: scripts.* and tests.fakes.fake_openai from the repository root
 
-HOST = "127.0.0.1"
+from scripts.common import HOST, child_env, console_script, cpu_seconds, percentile, run_in_workdir  # noqa: E402
+
 SCRIPT = Path(__file__).resolve()
 READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT = 60.0
@@ -411,14 +413,7 @@ def main(argv: list[str]) -> int:
         _load_main(argv[1:])
         return 0
     args = _options(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every child is stopped
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stb-bench-sim-")))
-        try:
-            return Bench(args, workdir, stack).run()
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"bench_simulator: FAILED: {exc}", file=sys.stderr)
-            return 2
+    return run_in_workdir("bench_simulator", "stb-bench-sim-", lambda workdir, stack: Bench(args, workdir, stack).run())
 
 
 if __name__ == "__main__":

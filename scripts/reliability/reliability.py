@@ -10,7 +10,7 @@ On 127.0.0.1 only, bounded in count and time (every phase has a deadline):
    the store per request (the session records; they refer to stored answers);
 2. kill -9: K times (5) a record-mode proxy under load is killed mid-run and the store is
    reopened: every answer a client got with 200 must be stored, whole, and no entry damaged;
-3. fuzz: the hostile inputs of scripts/fuzzkit.py for S seconds (or M cases) against the
+3. fuzz: the hostile inputs of scripts/reliability/fuzzkit.py for S seconds (or M cases) against the
    proxy path, /virtual and the proxy's own address: no 5xx, no traceback in the proxy's
    output, and an ordinary request answered afterwards;
 4. full disk (needs root, for `mount -t tmpfs`; skipped with a message otherwise): the
@@ -19,9 +19,12 @@ On 127.0.0.1 only, bounded in count and time (every phase has a deadline):
    virtual mode (every request answered; the ones not stored marked X-Stb-Stored: no).
 
 It prints one table; exit status 1 when a check found a problem, 2 when the run itself
-failed. The upstream is scripts/bench_proxy.py's loopback server.
+failed. The upstream is scripts/bench/bench_proxy.py's loopback server.
 
-Usage: python scripts/reliability.py [--quick] [--requests N] [--concurrency C] [--kills K] ...
+Baseline (measured in the same run): each check is pass/fail; the proxy's RSS and open
+files are compared with their own values at the start of a phase.
+
+Usage: python scripts/reliability/reliability.py [--quick] [--requests N] [--concurrency C] [--kills K] ...
 """
 
 from __future__ import annotations
@@ -33,25 +36,23 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchkit import child_env, percentile
-from bench_proxy import body_for, request_targets
-import fuzzkit
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from stbproxy.serve_process import ServeProcess
-from stbproxy.store import Store, directory_size
-from stbproxy.write_failures import LOG_INTERVAL
+from scripts.bench.bench_proxy import body_for, request_targets  # noqa: E402
+from scripts.common import HOST, child_env, percentile, run_in_workdir, stbproxy_command  # noqa: E402
+from scripts.reliability import fuzzkit  # noqa: E402
+from stbproxy.serve_process import ServeProcess  # noqa: E402
+from stbproxy.store import Store, directory_size  # noqa: E402
+from stbproxy.write_failures import LOG_INTERVAL  # noqa: E402
 
-HOST = "127.0.0.1"
-SCRIPTS = Path(__file__).resolve().parent
+BENCH_PROXY = Path(__file__).resolve().parents[1] / "bench" / "bench_proxy.py"  # its _upstream role
 READY = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
@@ -185,7 +186,7 @@ class Run:
         return proxy.start()
 
     def upstream(self) -> int:
-        process = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_proxy.py"), "_upstream"],
+        process = subprocess.Popen([sys.executable, str(BENCH_PROXY), "_upstream"],
                                    stdout=subprocess.PIPE, text=True, env=child_env())
         self.stack.callback(lambda: (process.terminate(), process.wait(10)))
         match = READY.search(process.stdout.readline())
@@ -330,7 +331,7 @@ class Run:
         targets = [f"/v1/full/{mode}/item{i}?pad={'x' * 1000}" for i in range(a.disk_requests)]
         result = self.load(proxy.port, targets, count=len(targets), concurrency=8,
                            source=b"upstream", allow=(507,) if mode == "record" else ())
-        stats = subprocess.run([*_stbproxy(), "stats", "--json", "--store", str(store)],
+        stats = subprocess.run([*stbproxy_command(), "stats", "--json", "--store", str(store)],
                                capture_output=True, text=True, env=child_env())
         failed_writes = json.loads(stats.stdout).get("failed_writes", 0) if stats.returncode == 0 else None
         code = proxy.stop()
@@ -381,11 +382,6 @@ class Run:
         return 1 if failed else 0
 
 
-def _stbproxy() -> list[str]:
-    script = Path(sys.executable).with_name("stbproxy")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stbproxy"]
-
-
 def options(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -419,15 +415,8 @@ def options(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = options(argv)
-    # SIGTERM (e.g. a test timing out) unwinds like Ctrl-C, so every child gets stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stb-reliability-")))
-        try:
-            return Run(args, workdir, stack).main()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-            print(f"reliability: FAILED: {exc}", file=sys.stderr)
-            return 2
+    return run_in_workdir("reliability", "stb-reliability-", lambda workdir, stack: Run(args, workdir, stack).main(),
+                          errors=(RuntimeError, OSError, subprocess.SubprocessError))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,11 @@ status, body and X-Stb-Source); the upstream here counts the calls it gets. Exit
 means a check failed (failed requests, wrong counts); a missed speed target is reported
 but is not an error.
 
-Usage: python scripts/bench_shared.py [--quick] [--calls N] [--hit-entries N] [--import-entries N]
+Baselines (measured in the same run): for hits, a proxy with a warm local tier (A); for
+the import, the same cache imported into a local store alone. Fleet, single flight and
+outage are counts checked against exact targets.
+
+Usage: python scripts/bench/bench_shared.py [--quick] [--calls N] [--hit-entries N] [--import-entries N]
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -47,15 +50,15 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench_import import generate
-from hitstores import http_body as body_for, http_plan, http_targets
-from benchkit import child_env, stbproxy_command
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from stbproxy.redis_process import RedisProcess
-from stbproxy.serve_process import ServeProcess
-from stbproxy.shared_store import SharedBulk, parse_shared_url
+from scripts.bench.bench_import import generate  # noqa: E402
+from scripts.bench.hitstores import http_body as body_for, http_plan, http_targets  # noqa: E402
+from scripts.common import HOST, child_env, children_cpu, stbproxy_command  # noqa: E402
+from stbproxy.redis_process import RedisProcess  # noqa: E402
+from stbproxy.serve_process import ServeProcess  # noqa: E402
+from stbproxy.shared_store import SharedBulk, parse_shared_url  # noqa: E402
 
-HOST = "127.0.0.1"
 SCRIPTS = Path(__file__).resolve().parent
 SERVE_ARGS = ("--validity", "strict", "--simulator", "schema")  # the generated bodies are valid answers
 
@@ -148,11 +151,6 @@ async def _one(port: int, upstream_port: int, target: str) -> tuple[int, str]:
 
 async def identical(ports: list[int], upstream_port: int, target: str, each: int) -> list[tuple[int, str]]:
     return await asyncio.gather(*(_one(port, upstream_port, target) for _ in range(each) for port in ports))
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 # -- the measurements ----------------------------------------------------------------------------------------

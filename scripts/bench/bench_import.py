@@ -16,10 +16,12 @@ In one run, in a temporary folder that is removed afterwards:
 4. print entries/s (target >= 20,000/s), the ratio import time / parse time, and the
    summary lines the command printed, checked against what was generated.
 
+Baseline (measured in the same run): reading and json-parsing the same files (step 2).
+
 Exit status 1 means the import reported other counts than the generator made (or the
 command failed); missing the speed target is reported but is not an error.
 
-Usage: python scripts/bench_import.py [--entries N] [--quick] [--keep]
+Usage: python scripts/bench/bench_import.py [--entries N] [--quick] [--keep]
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -38,7 +39,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from benchkit import child_env, stbproxy_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
+
+from scripts.common import child_env, children_cpu, stbproxy_command  # noqa: E402
 
 TARGET_RATE = 20_000.0  # entries/s, from the issue
 ENTRIES_PER_FILE = 60  # the published cache averages about this many calls per API file
@@ -261,11 +265,6 @@ class ImportRun:
 
 
 SUMMARY_RE = re.compile(r"(files|entries read|imported|duplicates|invalid \(left out\)|unparseable): (\d+)")
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_import(cache: Path, store: Path, *, exit_status: int = 0) -> ImportRun:

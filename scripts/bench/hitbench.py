@@ -1,7 +1,7 @@
 """Running the hit benchmarks (bench_proxy.py, bench_virtual.py): servers under the shared
 load generator (hitload.py), the server's CPU per request from its process times (every
 worker of ``serve --workers`` counted), the load generator's own CPU, and medians of
-interleaved repeats printed as one table per path. Scripts import it from beside themselves.
+interleaved repeats printed as one table per path.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchkit import child_env, console_script, tree_cpu_seconds
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from stbproxy.serve_process import ServeProcess
+from scripts.common import child_env, console_script, median, tree_cpu_seconds  # noqa: E402
+from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 HITLOAD = Path(__file__).resolve().with_name("hitload.py")
 START_TIMEOUT = 120.0
@@ -144,9 +145,13 @@ def measure(subject: Subject, plan: Path, requests: int, warmup: int, concurrenc
     return result
 
 
-def median(runs: list[dict], field: str) -> float:
-    values = [r[field] for r in runs if not math.isnan(r[field])]
-    return statistics.median(values) if values else float("nan")
+def interleaved(args, warmup_per_connection: int):
+    """(concurrency, requests, warm-up requests) of each run: every repeat goes through every
+    concurrency, so drift in the machine's load touches all subjects alike."""
+    for _ in range(args.repeats):
+        for concurrency in args.concurrency:
+            requests = args.requests1 if concurrency == 1 else args.requests
+            yield concurrency, requests, min(1000, max(concurrency * warmup_per_connection, requests // 10))
 
 
 class Matrix:
@@ -170,7 +175,7 @@ class Matrix:
 
     def get(self, path: str, name: str, concurrency: int, field: str) -> float:
         runs = self.runs.get((path, name, concurrency))
-        return median(runs, field) if runs else float("nan")
+        return median(r[field] for r in runs) if runs else float("nan")
 
     def paired_ratio(self, path: str, name: str, other: str, concurrency: int, field: str) -> float:
         """The median over repeats of ``name``'s figure divided by ``other``'s in the same repeat.

@@ -29,7 +29,7 @@ Prints one JSON line: requests, failures (with samples), req/s, p50/p99 in ms, a
 process's own CPU seconds during the measured phase (its share of the machine matters on a
 2-core box).
 
-Usage: python scripts/hitload.py --port P --plan FILE --requests N --concurrency C [--warmup W] [--ca FILE]
+Usage: python scripts/bench/hitload.py --port P --plan FILE --requests N --concurrency C [--warmup W] [--ca FILE]
 """
 
 from __future__ import annotations
@@ -42,16 +42,15 @@ import socket
 import ssl
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
+
+from scripts.common import percentile  # noqa: E402
 
 HOST = "127.0.0.1"
 CONNECT_TIMEOUT = 30.0  # seconds for a connection's CONNECT and TLS handshake
 IDLE_TIMEOUT = 60.0  # seconds without any answer before a phase gives up
-
-
-def percentile(ordered: list[float], pct: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 class Connection:

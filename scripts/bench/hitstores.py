@@ -1,5 +1,5 @@
 """Stores, request plans and the mitmdump baseline that the hit benchmarks and the profiler
-share (scripts import it from beside themselves; it imports stbproxy only to write inputs).
+share (it imports stbproxy only to write inputs).
 
 Three paths of cache hits:
 - ``plain``: GET through the proxy (absolute form), answers stored for a plain-HTTP API;
@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
-from benchkit import child_env, stbproxy_command
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from stbproxy.models import Exchange, Request, Response, Source
+from scripts.common import child_env, stbproxy_command  # noqa: E402
+from stbproxy.models import Exchange, Request, Response, Source  # noqa: E402
 
 API_HOST = "api.bench.test"  # never resolved: replay answers from the store (lazy connections)
 TOOLBENCH_KEY = "bench-toolbench-key"  # a secret the server must accept and never store

@@ -1,5 +1,5 @@
-"""Hostile requests for a running proxy, from a seeded generator (shared by the fuzz test
-and scripts/reliability.py, which import it from beside themselves or by path).
+"""Hostile requests for a running proxy, from a seeded generator (shared by the fuzz tests
+and scripts/reliability/reliability.py, which import it as scripts.reliability.fuzzkit).
 
 Each case is raw bytes for one connection: a proxied request (absolute-form) to an
 upstream on loopback or to a host the proxy must refuse, a POST to /virtual, or a plain

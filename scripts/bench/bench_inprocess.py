@@ -14,7 +14,9 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
 3. check that every test passed, and print the median wall time of each, the time per
    test, and the ratio proxy / in-process.
 
-Exit status 1 means a test failed. Usage: python scripts/bench_inprocess.py [--quick] [--tests N]
+Baseline (measured in the same run): the in-process file; the proxy file is its ratio.
+
+Exit status 1 means a test failed. Usage: python scripts/bench/bench_inprocess.py [--quick] [--tests N]
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchkit import child_env
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run as a file: scripts.* from the repository root
 
-REPO = Path(__file__).resolve().parent.parent
+from scripts.common import child_env  # noqa: E402
+
 CASSETTES = ("weather_oslo", "weather_p_cities")
 
 COMMON = '''

@@ -11,7 +11,7 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    worker, with ``--workers 2`` and with ``--no-fast-lane`` (every request through
    mitmproxy's protocol layers), and ``mitmdump`` (all its default addons) with a script
    answering the same bodies from a dict: the baseline;
-3. from the load generator (scripts/hitload.py, a process of its own, an epoll loop, raw
+3. from the load generator (scripts/bench/hitload.py, a process of its own, an epoll loop, raw
    HTTP/1.1 on keep-alive connections; HTTPS through one CONNECT tunnel per connection,
    trusting the proxy's CA), measure each path at concurrency 1, 16 and 32, subjects interleaved and
    repeated: req/s, p50/p99 latency, and the server's CPU milliseconds per request from its
@@ -24,11 +24,15 @@ Every answer is checked (status 200, the upstream's body, the header saying it w
 or came from the dict). Exit status 1 means requests failed; a missed target is reported
 but is not an error.
 
+Baselines (measured in the same run, interleaved): mitmdump answering from a dict for the
+CPU per hit, a direct call to the upstream for the added latency, one worker for
+``--workers 2``.
+
 ``--workers-only`` runs just stbproxy with one worker and with ``--workers 2``: on a noisy
 2-core machine the speed-up's paired ratios spread widely, and this takes more repeats in
 less time.
 
-Usage: python scripts/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R] [--concurrency 1,16,32]
+Usage: python scripts/bench/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R] [--concurrency 1,16,32]
 """
 
 from __future__ import annotations
@@ -41,18 +45,19 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import hitstores
-from benchkit import child_env
-from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict, workers_speedup
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-HOST = "127.0.0.1"
+from scripts.bench import hitstores  # noqa: E402
+from scripts.bench.hitbench import (  # noqa: E402
+    BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, interleaved, lean_subject,
+    mitmdump_subject, stbproxy_subject, verdict, workers_speedup)
+from scripts.common import HOST, child_env, free_port, run_in_workdir  # noqa: E402
+
 SCRIPT = Path(__file__).resolve()
 READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 CPU_TARGET = {"plain": 0.45, "https": 0.6}  # ms of server CPU per hit
@@ -167,9 +172,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
                                          source=args.before))
         stack.callback(subjects[-1].stop)
     if not args.workers_only:
-        subjects.append(mitmdump_subject(addon, _free_port(), confdir))
+        subjects.append(mitmdump_subject(addon, free_port(), confdir))
         stack.callback(subjects[-1].stop)
-        subjects.append(lean_subject(addon, _free_port(), confdir))
+        subjects.append(lean_subject(addon, free_port(), confdir))
         stack.callback(subjects[-1].stop)
 
     print(f"stbproxy hit benchmark: {args.distinct} distinct requests, concurrency {args.concurrency}, "
@@ -177,16 +182,13 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}; the load generator is a "
           f"separate process sharing these cores; load average at start {os.getloadavg()[0]:.2f}")
     matrix = Matrix()
-    for _ in range(args.repeats):  # interleaved, so drift in machine load hits all alike
-        for concurrency in args.concurrency:
-            requests = args.requests1 if concurrency == 1 else args.requests
-            warmup = min(1000, max(concurrency * 10, requests // 10))
-            for path in ("plain", "https"):
-                for subject in subjects:
-                    if subject.name == "direct" and path != "plain":
-                        continue
-                    who = {"direct": "direct", BASELINE: BASELINE, LEAN: BASELINE}.get(subject.name, "stbproxy")
-                    matrix.run(path, subject, plans[(path, who)], concurrency, requests, warmup)
+    for concurrency, requests, warmup in interleaved(args, warmup_per_connection=10):
+        for path in ("plain", "https"):
+            for subject in subjects:
+                if subject.name == "direct" and path != "plain":
+                    continue
+                who = {"direct": "direct", BASELINE: BASELINE, LEAN: BASELINE}.get(subject.name, "stbproxy")
+                matrix.run(path, subject, plans[(path, who)], concurrency, requests, warmup)
 
     names = [s.name for s in subjects]
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
@@ -238,12 +240,6 @@ def cpu_of(matrix: Matrix, path: str, concurrency: int) -> float:
     return matrix.get(path, "stbproxy", concurrency, "cpu_ms")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def _options(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -277,15 +273,7 @@ def main(argv: list[str]) -> int:
         asyncio.run(_run_upstream())
         return 0
     args = _options(argv)
-    # SIGTERM (e.g. a test timing out) unwinds like Ctrl-C, so every child gets stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stb-bench-")))
-        try:
-            return run(args, workdir, stack)
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"bench_proxy: FAILED: {exc}", file=sys.stderr)
-            return 2
+    return run_in_workdir("bench_proxy", "stb-bench-", lambda workdir, stack: run(args, workdir, stack))
 
 
 if __name__ == "__main__":

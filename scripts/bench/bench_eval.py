@@ -5,7 +5,10 @@ would: first at the default concurrency (every judgment is a call), then again, 
 every judgment comes from the run's log. Prints both wall times (targets: under 60 s
 and under 5 s) and checks that the second run made no call and gave the same numbers.
 
-    python scripts/bench_eval.py [--queries 765] [--rounds 3] [--latency 0.2]
+Baseline (measured in the same run): the first run, where every judgment is a call; the
+second must match its numbers. Both wall times are also held to fixed targets.
+
+Usage: python scripts/bench/bench_eval.py [--queries 765] [--rounds 3] [--latency 0.2]
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # for tests.fakes
 
 from tests.fakes.fake_openai import FakeOpenAI, ToolCall  # noqa: E402

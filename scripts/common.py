@@ -1,11 +1,28 @@
-"""Small helpers the benchmark scripts share (they import it from beside themselves)."""
+"""What the benchmark and reliability scripts share: how to start stbproxy and other
+console scripts, a clean environment for measured children, CPU times, percentiles and
+medians, free ports, and the frame of a run (a temporary folder, children stopped on exit).
+
+Scripts are run as files (``python scripts/bench/bench_proxy.py``); each puts the
+repository root on ``sys.path`` first and imports ``scripts.common``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import resource
 import shutil
+import signal
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
+
+HOST = "127.0.0.1"
 
 
 def console_script(name: str) -> str:
@@ -62,3 +79,37 @@ def tree_cpu_seconds(pid: int) -> float:
         total += cpu_seconds(current)
         pending.extend(parents.get(current, []))
     return total
+
+
+def children_cpu() -> float:
+    """User + system CPU of this process's finished children: the cost of a timed command."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def median(values) -> float:
+    """The median of the figures that are numbers (a NaN is a figure that was not measured)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return statistics.median(kept) if kept else float("nan")
+
+
+def free_port() -> int:
+    """A loopback port free now, for a server started next."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def run_in_workdir(name: str, prefix: str, body: Callable[[Path, contextlib.ExitStack], int],
+                   errors: tuple[type[BaseException], ...] = (RuntimeError, subprocess.TimeoutExpired)) -> int:
+    """``body(workdir, stack)`` in a temporary folder removed afterwards; ``errors`` print one
+    ``NAME: FAILED`` line and give exit status 2. SIGTERM (e.g. a test timing out) unwinds like
+    Ctrl-C, so every child whose stop is on the stack gets stopped."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        try:
+            return body(workdir, stack)
+        except errors as exc:
+            print(f"{name}: FAILED: {exc}", file=sys.stderr)
+            return 2

@@ -13,7 +13,7 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    protocol layers), on the 5,000-per-API store with one worker, and `mitmdump`
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
-3. from the load generator (scripts/hitload.py, its own process, an epoll loop, raw
+3. from the load generator (scripts/bench/hitload.py, its own process, an epoll loop, raw
    HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's
    client sends (category, tool_name, api_name, tool_input, strip, toolbench_key;
    tool_input's keys in another order than the cache's literal) at concurrency 1, 16 and
@@ -25,10 +25,13 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    number of different calls, repeating: the cost of recent hits), and the CPU of hits that
    do not repeat within a run (the cold path: 30,000 different calls).
 
+Baselines (measured in the same run, interleaved): mitmdump answering from a dict for the
+CPU per hit, one worker for ``--workers 2``, the 50-per-API store for the 5,000 one.
+
 Exit status 1 means a request failed or an import was incomplete; a missed target is
 reported but is not an error.
 
-Usage: python scripts/bench_virtual.py [--quick] [--requests N] [--repeats R] [--concurrency 1,16,32]
+Usage: python scripts/bench/bench_virtual.py [--quick] [--requests N] [--repeats R] [--concurrency 1,16,32]
 """
 
 from __future__ import annotations
@@ -37,14 +40,18 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import hitstores
-from hitbench import BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, lean_subject, mitmdump_subject, stbproxy_subject, verdict, workers_speedup
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
+
+from scripts.bench import hitstores  # noqa: E402
+from scripts.bench.hitbench import (  # noqa: E402
+    BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, interleaved, lean_subject,
+    mitmdump_subject, stbproxy_subject, verdict, workers_speedup)
+from scripts.common import free_port  # noqa: E402
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
@@ -104,12 +111,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
           f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s)")
     matrix = Matrix()
-    for _ in range(args.repeats):  # interleaved, so drift in machine load hits all alike
-        for concurrency in args.concurrency:
-            requests = args.requests1 if concurrency == 1 else args.requests
-            warmup = min(1000, max(concurrency * 4, requests // 10))
-            for subject, plan in subjects:
-                matrix.run("virtual", subject, plan, concurrency, requests, warmup)
+    for concurrency, requests, warmup in interleaved(args, warmup_per_connection=4):
+        for subject, plan in subjects:
+            matrix.run("virtual", subject, plan, concurrency, requests, warmup)
     failures += matrix.failures
 
     top = max(args.concurrency)
@@ -152,12 +156,6 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         return 1
     print("all answers checked: HTTP 200, X-Stb-Source: cache, error '', the cached response")
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ In one run, on 127.0.0.1 only, in a temporary folder removed afterwards:
    file's ``_serve`` role, which runs the command under cProfile switched on by SIGUSR1
    and off (writing the profile) by SIGUSR2, so start-up and shutdown are left out;
 3. for each path (``virtual``, ``plain``, ``https`` keep-alive): warm up, switch the
-   profiler on, send the measured hits from the load generator (scripts/hitload.py, its
+   profiler on, send the measured hits from the load generator (scripts/bench/hitload.py, its
    own process), switch it off, and print the top entries by own time and by
    cumulative time, with the CPU per hit measured from the process's times (without the
    profiler, in a separate unprofiled run, so the profiler's own cost is not counted).
@@ -17,7 +17,10 @@ In one run, on 127.0.0.1 only, in a temporary folder removed afterwards:
 cProfile inflates many small calls; the ranking is what counts, the CPU figure comes
 from the unprofiled run. ``--out DIR`` keeps the .prof files for snakeviz or pstats.
 
-Usage: python scripts/profile_hits.py [--paths virtual,plain,https] [--requests N] [--top N] [--out DIR]
+Baseline (measured in the same run): the unprofiled server, for the CPU per hit; the
+profiles themselves are a ranking, not a comparison.
+
+Usage: python scripts/bench/profile_hits.py [--paths virtual,plain,https] [--requests N] [--top N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchkit import child_env, cpu_seconds
-import hitstores
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from stbproxy.serve_process import ServeProcess
+from scripts.bench import hitstores  # noqa: E402
+from scripts.common import child_env, cpu_seconds  # noqa: E402
+from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 HITLOAD = SCRIPT.with_name("hitload.py")
