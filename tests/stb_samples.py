@@ -166,6 +166,7 @@ def write_sample_stb(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     write_query_files(root)
     write_pipeline_answers(root)
+    write_evaluator_template(root)
     (root / MARKER).write_text("written by tests/stb_samples.py; not StableToolBench's data\n")
     return root
 
@@ -262,3 +263,52 @@ def write_pipeline_answers(root: Path) -> Path:
         query = queries[index]
         write_json(folder / f"{query['query_id']}_CoT@1.json", pipeline_answer(query, functions, PIPELINE_CALLS[index]))
     return folder
+
+
+# -- the evaluator's prompt template (evaluator_template/template.txt) ------------------------------
+
+# One <function> block per judge function: <name>, then <description> holding the prompt, a
+# str.format text with that function's fields. Wording written for these tests.
+SAMPLE_TEMPLATE = """<function>
+<name>check_answer_status</name>
+<description>
+Sample rubric for tests. Read the request and the reply that ends the attempt.
+Request: {query}
+Reply: {answer}
+Say Solved when the reply settles the request, Unsolved when it does not, Unsure otherwise.
+</description>
+</function>
+<function>
+<name>parse_answer_status</name>
+<description>
+Sample rubric for tests. Here is every step the assistant took, not just the last one.
+Request: {query}
+Steps: {answer}
+Decide from the steps whether the request ended up settled: Solved, Unsolved or Unsure.
+</description>
+</function>
+<function>
+<name>check_task_solvable</name>
+<description>
+Sample rubric for tests. Could the tools listed in this task settle it?
+Task: {task}
+Say Solvable, Unsolvable or Unsure.
+</description>
+</function>
+<function>
+<name>select_better_answer</name>
+<description>
+Sample rubric for tests. Two attempts at one request; pick the index of the stronger one.
+Request: {query}
+Attempt 0: {answer_0}
+Attempt 1: {answer_1}
+</description>
+</function>
+"""
+
+
+def write_evaluator_template(root: Path) -> Path:
+    path = root / "evaluator_template" / "template.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SAMPLE_TEMPLATE, encoding="utf-8")
+    return path

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import STB_SOURCES
 from tests.fakes.fake_openai import fake_openai  # noqa: F401  (the fixture)
-from tests.stbeval.helpers import STB_DATA
+from tests.stb_samples import require_real_stb_data
 
 
-@pytest.fixture
-def stb() -> Path:
-    """The shared StableToolBench samples, next to the repository."""
-    if not STB_DATA.is_dir():
-        pytest.skip(f"StableToolBench sample data not found at {STB_DATA} (expected beside the repository)")
-    return STB_DATA
+@pytest.fixture(params=STB_SOURCES)
+def stb(request) -> Path:
+    """A StableToolBench data folder: the small generated sample (tests/stb_samples.py), then
+    the real one ($STBPROXY_STB_DATA or ../shared/data/stabletoolbench) when it is there."""
+    return request.getfixturevalue("stb_sample") if request.param == "sample" else require_real_stb_data()

@@ -16,7 +16,9 @@ from stbeval.judgelog import LOG_NAME, JudgeLog
 from stbeval.prompts import Prompts
 
 REPO = Path(__file__).resolve().parents[2]
-STB_DATA = REPO.parent / "shared" / "data" / "stabletoolbench"
+from tests.stb_samples import stb_data_path  # noqa: E402
+
+STB_DATA = stb_data_path()
 
 
 def node(role: str, message: Any, *children: dict[str, Any]) -> dict[str, Any]:

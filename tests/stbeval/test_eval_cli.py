@@ -211,16 +211,6 @@ def test_interrupted_run_resumes_where_it_stopped(fake_openai, tmp_path):
     assert ["a", "100.0±0.0", "100.0±0.0"] in table_rows(result.stdout)
 
 
-def test_convert_command_writes_the_converted_format(stb, tmp_path):
-    example = stb / "data_example"
-    target = tmp_path / "converted.json"
-    result = CliRunner().invoke(eval_group, ["convert", "--answers", str(example / "answer" / "virtual_chatgpt_dfs"),
-                                             "--out", str(target)])
-    assert result.exit_code == 0, result.output
-    original = example / "model_predictions_converted" / "virtual_chatgpt_dfs" / "G1_instruction.json"
-    assert json.loads(target.read_text()) == json.loads(original.read_text())
-
-
 # -- through the installed `stbproxy eval` command, as a user runs it ----------------------------
 
 def stbproxy_eval(*args, env):
