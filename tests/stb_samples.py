@@ -213,6 +213,12 @@ PIPELINE_CALLS = {
 }
 
 
+def _assistant(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """An assistant message as openai>=1 dumps it (the fields the pipeline keeps)."""
+    return {"content": None, "refusal": None, "role": "assistant", "annotations": None, "audio": None,
+            "tool_calls": calls}
+
+
 def pipeline_answer(query: dict[str, Any], functions: list[dict[str, Any]], turns: list, *,
                     final: str = "", give_up: bool = False) -> dict[str, Any]:
     """A CoT@1 raw answer as StableToolBench's pipeline writes it with openai>=1: assistant
@@ -229,7 +235,7 @@ def pipeline_answer(query: dict[str, Any], functions: list[dict[str, Any]], turn
             n += 1
             calls.append({"id": f"call_sample_{query['query_id']}_{n}", "type": "function",
                           "function": {"name": name, "arguments": json.dumps(args)}})
-        messages.append({"role": "assistant", "content": None, "function_call": None, "tool_calls": calls})
+        messages.append(_assistant(calls))
         for call in calls:
             result = json.dumps({"error": "", "response": f"sample answer {n} of {call['function']['name']}"})
             messages.append({"role": "tool", "name": call["function"]["name"], "content": result,
@@ -242,7 +248,9 @@ def pipeline_answer(query: dict[str, Any], functions: list[dict[str, Any]], turn
     final_answer = json.dumps(finish_args)
     finish = {"id": f"call_sample_{query['query_id']}_finish", "type": "function",
               "function": {"name": "Finish", "arguments": final_answer}}
-    messages.append({"role": "assistant", "content": None, "function_call": None, "tool_calls": [finish]})
+    # The pipeline drops function_call from its history before each request: only the last
+    # message keeps the ``function_call: null`` of openai>=1's message dump.
+    messages.append({**_assistant([finish]), "function_call": None})
     chain += [{"node_type": "Action", "description": "Finish"},
               {"node_type": "Action Input", "description": final_answer,
                "observation": "{\"response\":\"successfully giving the final answer.\"}"}]

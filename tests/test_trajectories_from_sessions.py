@@ -21,22 +21,35 @@ from click.testing import CliRunner
 
 from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
-from tests.conftest import STB_DATA
+from tests.conftest import STB_SOURCES
 from tests.fakes.fake_openai import fake_openai  # noqa: F401  (the fixture)
 from tests.pipeline_run import (OPENAI_KEY, RAPIDAPI_KEY, SESSION, TOOLBENCH_KEY, Script, answers_dir, query_file,
                                 record, run_query)
 from tests.stbeval.helpers import Script as Judge
+from tests.stb_samples import require_real_stb_data
 from tests.stbeval.helpers import write_json
 
 pytestmark = pytest.mark.integration
-QIDS = ["1073", "1572", "1856", "2121", "2144", "2213", "2354", "2399", "3308", "3510", "588", "608"]
+
+
+@pytest.fixture(scope="module", params=STB_SOURCES)
+def stb(request) -> Path:
+    """The generated sample's pipeline answers, then the real twelve when they are there."""
+    return request.getfixturevalue("stb_sample") if request.param == "sample" else require_real_stb_data()
 
 
 @pytest.fixture(scope="module")
-def script() -> Script:
-    if not STB_DATA.is_dir():
-        pytest.skip(f"StableToolBench sample data not found at {STB_DATA}")
-    return Script.load(STB_DATA)
+def script(stb) -> Script:
+    return Script.load(stb)
+
+
+@pytest.fixture(scope="module")
+def QIDS(script) -> list[str]:
+    return sorted(script.items)
+
+
+def _tool_calls(item) -> int:
+    return sum(1 for m in item.assistant_turns for c in m.get("tool_calls") or [] if c["function"]["name"] != "Finish")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +63,7 @@ def http_run(script, tmp_path_factory):
 
 
 @pytest.fixture(params=["pipeline", "http"])
-def run(request):
+def run(request, script):  # (script: so that the data folder parametrizes every test)
     return request.getfixturevalue(f"{request.param}_run")
 
 
@@ -60,20 +73,21 @@ def _cli(*args: str):
     return result
 
 
-def test_the_agent_made_the_pipelines_conversations(run, script):
+def test_the_agent_made_the_pipelines_conversations(run, script, QIDS):
     # The scripted agent is faithful: its conversations are the files' train_messages.
     assert sorted(run.histories) == QIDS
     for qid, history in run.histories.items():
         assert history == script.items[qid].conversation, qid
-    assert len(run.tool_calls) == 12  # one real tool call per query, none answered twice
+    # one real tool call per call in the files (one a query in the real twelve), none answered twice
+    assert len(run.tool_calls) == sum(_tool_calls(item) for item in script.items.values())
 
 
-def test_eval_convert_reads_the_session_into_the_pipelines_converted_answers(run, tmp_path):
+def test_eval_convert_reads_the_session_into_the_pipelines_converted_answers(run, stb, QIDS, tmp_path):
     mine, theirs = tmp_path / "traffic.json", tmp_path / "files.json"
     result = _cli("eval", "convert", "--answers", SESSION, "--store", str(run.store),
-                  "--queries", str(query_file(STB_DATA)), "--out", str(mine))
+                  "--queries", str(query_file(stb)), "--out", str(mine))
     assert "warning" not in result.stderr
-    _cli("eval", "convert", "--answers", str(answers_dir(STB_DATA)), "--out", str(theirs))
+    _cli("eval", "convert", "--answers", str(answers_dir(stb)), "--out", str(theirs))
     rebuilt, converted = json.loads(mine.read_text()), json.loads(theirs.read_text())
     assert sorted(rebuilt) == sorted(converted) == QIDS
     for qid in QIDS:
@@ -83,13 +97,13 @@ def test_eval_convert_reads_the_session_into_the_pipelines_converted_answers(run
             assert rebuilt[qid]["answer"][part] == converted[qid]["answer"][part], (qid, part)
 
 
-def test_eval_pass_rate_on_a_session_equals_the_files(run, fake_openai, tmp_path):
-    queries = {str(q["query_id"]): q["query"] for q in json.loads(query_file(STB_DATA).read_text())}
+def test_eval_pass_rate_on_a_session_equals_the_files(run, stb, QIDS, fake_openai, tmp_path):
+    queries = {str(q["query_id"]): q["query"] for q in json.loads(query_file(stb).read_text())}
     ids = write_json(tmp_path / "ids" / "G1_instruction.json", {q: 0 for q in QIDS})
     tables = []
     for name, source in (("traffic", ["--answers", SESSION, "--store", str(run.store),
-                                      "--queries", str(query_file(STB_DATA))]),
-                         ("files", ["--answers", str(answers_dir(STB_DATA))])):
+                                      "--queries", str(query_file(stb))]),
+                         ("files", ["--answers", str(answers_dir(stb))])):
         fake_openai.handler = Judge({queries[q]: [["Solved"] * 3, ["Unsolved", "Solved", "Unsure"]][i % 2]
                                      for i, q in enumerate(QIDS)}, trace={queries[q]: ["Solved"] * 3 for q in QIDS})
         result = CliRunner().invoke(main, ["eval", "pass-rate", *source, "--ids", str(ids), "--method", "m",
@@ -109,21 +123,25 @@ def test_unknown_session_names_the_sessions_there_are(run, tmp_path):
         in result.output
 
 
-def _export(run, folder: Path) -> list[Path]:
+def _export(run, folder: Path, stb: Path, script: Script) -> list[Path]:
     result = _cli("export", "--session", SESSION, "--store", str(run.store), "--by-conversation",
-                  "--queries", str(query_file(STB_DATA)), "-o", str(folder))
-    assert result.stdout.startswith(f"wrote 12 cassettes (36 interactions) to {folder}")
+                  "--queries", str(query_file(stb)), "-o", str(folder))
+    items = script.items.values()
+    # per conversation: its LLM calls (one per assistant turn) and its tool calls
+    interactions = sum(len(i.assistant_turns) + _tool_calls(i) for i in items)
+    assert result.stdout.startswith(f"wrote {len(items)} cassettes ({interactions} interactions) to {folder}")
     return sorted(folder.glob("*.yaml"))
 
 
-def test_export_by_conversation_writes_one_cassette_per_query(run, script, tmp_path):
-    files = _export(run, tmp_path / "by-query")
+def test_export_by_conversation_writes_one_cassette_per_query(run, script, stb, QIDS, tmp_path):
+    files = _export(run, tmp_path / "by-query", stb, script)
     assert sorted(p.stem for p in files) == QIDS
     for path in files:
         text = path.read_text()
         assert not any(secret in text for secret in (OPENAI_KEY, TOOLBENCH_KEY, RAPIDAPI_KEY))
         interactions = yaml.safe_load(text)["interactions"]
-        assert len(interactions) == 3  # two LLM calls and the tool call of this query only
+        item = script.items[path.stem]  # its LLM calls and its tool calls, this query's only
+        assert len(interactions) == len(item.assistant_turns) + _tool_calls(item)
         task = script.items[path.stem].conversation[1]["content"]
         assert all(json.loads(i["request"]["body"])["messages"][1]["content"] == task
                    for i in interactions if i["request"]["uri"].endswith("/chat/completions"))
@@ -137,9 +155,9 @@ def _uris(path: Path) -> tuple[str, str]:
     return llm.rsplit("/chat/completions", 1)[0], "/".join(tool.split("/")[:3])
 
 
-def test_each_exported_conversation_replays_in_plain_vcrpy(http_run, script, tmp_path):
+def test_each_exported_conversation_replays_in_plain_vcrpy(http_run, script, stb, tmp_path):
     # The RapidAPI-style run: its cassettes hold the very requests the agent makes.
-    for path in _export(http_run, tmp_path / "by-query"):
+    for path in _export(http_run, tmp_path / "by-query", stb, script):
         llm, tools = _uris(path)
         with vcr.use_cassette(str(path), record_mode="none",
                               match_on=["method", "scheme", "host", "port", "path", "query", "body"]) as cassette:
@@ -149,11 +167,11 @@ def test_each_exported_conversation_replays_in_plain_vcrpy(http_run, script, tmp
         assert history == script.items[path.stem].conversation, path.name
 
 
-def test_an_exported_conversation_replays_through_the_plugins_proxy(run, script, tmp_path):
+def test_an_exported_conversation_replays_through_the_plugins_proxy(run, script, stb, tmp_path):
     # What the pytest plugin starts for a test marked with the cassette, nothing else up:
     # the LLM answers and the tool answers (RapidAPI-style, or POST /virtual) all come
     # from the one conversation's cassette.
-    path = _export(run, tmp_path / "by-query")[0]
+    path = _export(run, tmp_path / "by-query", stb, script)[0]
     llm, tools = _uris(path)
     report = tmp_path / "playback.json"
     with ServeProcess(tmp_path / "replay" / "store", "--cassette", str(path), "--ordered", "--report",
@@ -163,4 +181,6 @@ def test_an_exported_conversation_replays_through_the_plugins_proxy(run, script,
         history = run_query(script.items[path.stem], llm_base_url=llm, proxy_url=proxy.url, **options)
     assert history == script.items[path.stem].conversation
     played = json.loads(report.read_text())
-    assert (played["played"], played["unplayed"], played["unmatched"]) == (3, [], [])
+    item = script.items[path.stem]
+    assert (played["played"], played["unplayed"], played["unmatched"]) == \
+        (len(item.assistant_turns) + _tool_calls(item), [], [])
