@@ -320,3 +320,23 @@ def write_evaluator_template(root: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(SAMPLE_TEMPLATE, encoding="utf-8")
     return path
+
+
+# -- converted answers as the published reference answers hold them -------------------------------
+
+
+def reference_entry(query: str, calls: list[tuple[str, str]], final_answer: str, *, cut: int = 100) -> dict[str, Any]:
+    """A converted answer whose node messages are text, as in the reference answers: a tool
+    node's message is the Python text of its ``{name, arguments, response}`` dict, and every
+    message is cut to ``cut`` characters."""
+    finish = json.dumps({"return_type": "give_answer", "final_answer": final_answer})
+    steps = [*calls, ("Finish", finish)]
+    tail: list[dict[str, Any]] = []
+    for name, arguments in reversed(steps):
+        message = str({"name": name, "arguments": arguments, "response": f"the answer of {name}"})[:cut]
+        tail = [{"role": "tool", "message": message, "next": tail}]
+    tree = [{"role": "system", "message": "", "next": [{"role": "user", "message": query[:cut], "next": tail}]}]
+    return {"query": query,
+            "available_tools": [{"name": n, "description": "", "parameters": {}} for n in dict.fromkeys(n for n, _ in steps)],
+            "answer": {"method": "chatgpt_CoT", "total_steps": len(steps) + 2, "final_answer": finish,
+                       "answer_details": tree}}

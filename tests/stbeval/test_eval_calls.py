@@ -18,13 +18,14 @@ from vcr.serializers import yamlserializer
 
 from stbeval import calls_report
 from stbeval.callcheck import assert_call_accuracy
-from stbeval.calls import compare_runs, tool_call
+from stbeval.answers import load_answers
+from stbeval.calls import calls_of, compare_runs, tool_call
 from stbeval.cli import eval_group
 from stbeval.model import Answer
 from stbeval.rouge import rouge_l, tokens
 from stbproxy import keys
 from stbproxy.models import ApiRef
-from tests.stb_samples import PIPELINE_FUNCTIONS, is_sample
+from tests.stb_samples import PIPELINE_FUNCTIONS, is_sample, reference_entry
 from tests.stbeval.helpers import table_rows, write_json
 
 PIPELINE = "pipeline_answers_tool_calls/G1_instruction"
@@ -245,3 +246,21 @@ def test_queries_option_names_the_conversations(pipeline, tmp_path):
                                              "--queries", str(queries)])
     assert result.exit_code == 0, result.output
     assert row(result.stdout)[5] == "100.0"
+
+
+def test_reference_style_answers_read_calls_from_cut_dict_text(tmp_path):
+    # Converted answers whose tool messages are dicts written out as text and cut short, as
+    # in the published reference answers (tests/stb_samples.py writes them).
+    short = reference_entry("Decode these car ids for me.", [("vin_lookup_for_cars", '{"vin": "A1"}'),
+                                                              ("vin_lookup_for_cars", '{"vin": "B2"}')], "two cars")
+    long_args = json.dumps({"text": "x" * 120})
+    cut = reference_entry("Summarise this text.", [("summarise_for_words", long_args)], "a summary")
+    source = write_json(tmp_path / "G1_instruction.json", {"7": short, "8": cut})
+    answers = load_answers(source).by_group[GROUP]
+    assert [(c.api, c.arguments) for c in calls_of(answers["7"])] == [("vin_lookup_for_cars", {"vin": v}) for v in ("A1", "B2")]
+    (unreadable,) = calls_of(answers["8"])
+    assert unreadable.api == "summarise_for_words" and unreadable.arguments is None
+    assert unreadable.unreadable == "cut short in the source"
+    result = run_calls("--answers", source, "--reference", source, "--ids", ids_file(tmp_path, ["7", "8"]),
+                       "--out", tmp_path / "o")
+    assert "1 reference calls have arguments cut short in the source" in result.stdout
