@@ -1,4 +1,5 @@
-"""Loading StableToolBench's real answers and ids: data_example converted exactly like the original, the reference answers of every group, the solvable ids.
+"""Loading StableToolBench's real answers and ids: data_example converted exactly like the original,
+the reference answers of every group, the solvable ids.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in

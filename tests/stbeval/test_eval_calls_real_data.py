@@ -1,4 +1,5 @@
-"""eval calls on StableToolBench's real answers: the twelve pipeline answers by query id, data_example, the reference answers.
+"""eval calls on StableToolBench's real answers: the twelve pipeline answers by query id,
+data_example, the reference answers.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in

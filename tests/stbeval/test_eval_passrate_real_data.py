@@ -1,4 +1,5 @@
-"""data_example's answers, judged as the original evaluator's pass_rate_results record, give its pass rates.
+"""data_example's answers, judged as the original evaluator's pass_rate_results record, give its
+pass rates.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in

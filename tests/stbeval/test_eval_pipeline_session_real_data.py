@@ -1,4 +1,5 @@
-"""A recorded run (data/pipeline_session.yaml) scored from its traffic alone, against StableToolBench's real pipeline answer files it was recorded from.
+"""A recorded run (data/pipeline_session.yaml) scored from its traffic alone, against
+StableToolBench's real pipeline answer files it was recorded from.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in

@@ -1,4 +1,5 @@
-"""Answers in today's message format, against StableToolBench's real files: the twelve pipeline answers beside data_example's legacy answers and their converted form.
+"""Answers in today's message format, against StableToolBench's real files: the twelve pipeline
+answers beside data_example's legacy answers and their converted form.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in

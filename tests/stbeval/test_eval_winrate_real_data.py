@@ -1,4 +1,5 @@
-"""data_example's CoT against DFS, judged as the original evaluator recorded, gives its preference_results.
+"""data_example's CoT against DFS, judged as the original evaluator recorded, gives its
+preference_results.
 
 These tests check exact facts of StableToolBench's real files (ids, counts, the original
 evaluator's outputs); the formats themselves are also checked on small generated files in
