@@ -20,7 +20,7 @@ from stbproxy.cassettes import Interaction, imported_exchange, read_cassette
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
-from stbproxy.store import OneTier
+from stbproxy.store.embedded import OneTier
 
 
 @dataclass

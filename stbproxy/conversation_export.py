@@ -23,7 +23,7 @@ from stbproxy.cassette_store import session_exchanges
 from stbproxy.errors import StbError
 from stbproxy.models import Exchange
 from stbproxy.sessions import safe_session_name
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 
 
 def known_session(db: Store, raw: str) -> str | None:

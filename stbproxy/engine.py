@@ -39,7 +39,7 @@ from stbproxy import jsonsafe, keys, validity
 from stbproxy.bodies import api_body_response, error_object_response
 from stbproxy.catalog import Catalog
 from stbproxy.errors import StbError, StoreError, UpstreamError
-from stbproxy.faults import NO_FAULT, Decision, FaultPlan
+from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
 from stbproxy.provenance import marked
@@ -47,8 +47,8 @@ from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
 from stbproxy.routing import Call, http_call
 from stbproxy.sessions import SessionRecord
-from stbproxy.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
-from stbproxy.write_failures import WriteFailures
+from stbproxy.sim.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
+from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
 

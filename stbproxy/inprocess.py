@@ -117,7 +117,7 @@ def _playback(cassette, store, session, ordered, catalog, rules) -> CassetteStor
         return CassetteStore(Path(cassette), catalog=catalog, rules=rules, ordered=ordered)
     if session is None:
         raise InputError("replaying a store needs the session to play (session=NAME)")
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     with Store(Path(store), readonly=True) as db:
         exchanges, _skipped = session_exchanges(db, session)

@@ -184,7 +184,7 @@ def _failed_calls(store: Path, session: str) -> str:
     """A failure message for the recorded calls that got no answer (the API could not be
     reached, its certificate not verified): a cassette without them would not replay."""
     from stbproxy.errors import StbError
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     try:
         with Store(store, readonly=True) as db:

@@ -19,7 +19,7 @@ from stbproxy.engine import Answer, Engine
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
 from stbproxy.routing import Call
-from stbproxy.store import OneTier, Store
+from stbproxy.store.embedded import OneTier, Store
 from stbproxy.worker_link import LinkClient
 
 log = logging.getLogger("stbproxy")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
-from stbproxy import simulator
+from stbproxy.sim import simulators as simulator
 from stbproxy.cassette_store import CassetteStore, describe_miss
 from stbproxy.catalog import Catalog
 from stbproxy.engine import Engine
@@ -17,14 +17,14 @@ from stbproxy.models import Mode
 from stbproxy.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
-from stbproxy.shared_store import SharedBulk, SharedTier, check_at_start
-from stbproxy.simulation import NoSimulator
-from stbproxy.store import ENTRY_PREFIXES, Store
-from stbproxy.tiered_store import TieredStore
+from stbproxy.store.shared import SharedBulk, SharedTier, check_at_start
+from stbproxy.sim.simulation import NoSimulator
+from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.virtual_api import VirtualApi
 from stbproxy.worker_link import LinkClient
-from stbproxy.write_failures import WriteFailures, status_path
+from stbproxy.store.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
 

@@ -12,13 +12,13 @@ from urllib.parse import urlsplit
 
 from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
-from stbproxy.faults import FaultPlan
+from stbproxy.sim.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
-from stbproxy.shared_store import SharedUrl, parse_shared_url
+from stbproxy.store.shared import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.validity import AUTO, CHOICES
 

@@ -38,7 +38,7 @@ import requests
 
 from stbproxy.catalog import Catalog, api_key_name, standardize, tool_key
 from stbproxy.errors import InputError, StbError
-from stbproxy.faults import FaultPlan
+from stbproxy.sim.faults import FaultPlan
 from stbproxy.serve_process import ServeProcess
 from stbproxy.validity import check_result, judge_object
 
@@ -129,6 +129,12 @@ REAL_ANSWER = json.dumps({"error": "", "response": {"source": "real api", "items
     {"name": "sample", "rank": 1}, {"name": "example", "rank": 2}]}}).encode()
 
 
+class _Listening(ThreadingHTTPServer):
+    # Four proxies with eight clients each connect at once: the standard backlog of 5 can
+    # overflow on a busy machine, and a connection lost there would count as an API down.
+    request_queue_size = 128
+
+
 class RealApi:
     """A ToolBench-style server on loopback that answers every call validly."""
 
@@ -148,7 +154,7 @@ class RealApi:
                 self.end_headers()
                 self.wfile.write(REAL_ANSWER)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Listening(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/virtual"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -25,7 +25,7 @@ from stbproxy.errors import StbError, StoreError
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.redact import failure_text
 from stbproxy.routing import Call
-from stbproxy.write_failures import WriteFailures
+from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
 

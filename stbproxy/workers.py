@@ -29,7 +29,7 @@ from stbproxy import mitm
 from stbproxy.cassette_store import CassetteStore
 from stbproxy.errors import ConfigError
 from stbproxy.runtime import Runtime
-from stbproxy.tiered_store import TieredStore
+from stbproxy.store.tiered import TieredStore
 from stbproxy.worker_link import LinkClient, LinkServer
 
 log = logging.getLogger("stbproxy")

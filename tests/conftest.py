@@ -64,7 +64,7 @@ def tls_upstream(test_ca):
 @pytest.fixture
 def redis_server(tmp_path):
     """A fresh redis-server on loopback for one test (it may be killed and restarted)."""
-    from stbproxy.redis_process import RedisProcess
+    from stbproxy.store.redis_process import RedisProcess
 
     with RedisProcess(tmp_path / "redis") as server:
         yield server
@@ -72,7 +72,7 @@ def redis_server(tmp_path):
 
 @pytest.fixture(scope="session")
 def redis_cluster_servers(tmp_path_factory):
-    from stbproxy.redis_process import RedisCluster
+    from stbproxy.store.redis_process import RedisCluster
 
     with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
         yield cluster

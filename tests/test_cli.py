@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from stbproxy.cli import main
 from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 
 
 def invoke(*args, env=None):

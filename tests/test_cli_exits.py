@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from stbproxy.cli.common import SIGPIPE_EXIT, OneLineErrors
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.test_cli_process import SCRIPT
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ import pytest
 
 from stbproxy.cli import main
 from stbproxy.sessions import safe_session_name
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess
 from tests.test_integration_proxy import agent
 

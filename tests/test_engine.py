@@ -7,7 +7,7 @@ import pytest
 
 from stbproxy.engine import Engine, EngineConfig, Simulation
 from stbproxy.models import Mode, Request, Response, Source
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 
 JSON = (("Content-Type", "application/json"),)
@@ -232,7 +232,7 @@ def test_successful_simulations_are_stored_as_simulated_and_shared(store):
 
 
 # -- fault injection ------------------------------------------------------------------------------
-from stbproxy.faults import FaultPlan  # noqa: E402
+from stbproxy.sim.faults import FaultPlan  # noqa: E402
 
 
 def test_faulted_calls_go_to_the_simulator_in_virtual_mode_and_are_never_stored_as_real(store, upstream):
@@ -454,7 +454,7 @@ def test_hits_record_their_origin_in_the_session(store, upstream):
 
 
 def test_simulator_off_names_the_call_unavailable_not_simulated_error(store):
-    from stbproxy.simulator import OffSimulator
+    from stbproxy.sim.simulators import OffSimulator
 
     async def scenario(engine):
         return await engine.handle(Request("GET", DEAD))

@@ -11,7 +11,7 @@ import os
 from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 from stbproxy.virtual_api import VirtualApi
 
@@ -93,7 +93,7 @@ def test_secrets_of_the_upstream_request_are_scrubbed_from_its_echo(tmp_path, up
 def test_a_store_that_refuses_writes_is_never_silent(tmp_path, upstream, caplog):
     """Record mode answers 507 rather than pass on what it could not record; virtual mode
     serves and marks the answer; the log gets one line per interval with a count."""
-    from stbproxy.write_failures import WriteFailures, read_status, status_path
+    from stbproxy.store.write_failures import WriteFailures, read_status, status_path
 
     Store(tmp_path / "s").close()
     caplog.set_level(logging.INFO, logger="stbproxy")

@@ -20,7 +20,7 @@ from vcr.serializers import yamlserializer
 from stbproxy.keys import request_key
 from stbproxy.models import Request
 from stbproxy.sessions import safe_session_name
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess, Upstream
 from tests.test_integration_proxy import agent
 

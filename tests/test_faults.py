@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stbproxy.errors import ConfigError, UpstreamError
-from stbproxy.faults import (
+from stbproxy.sim.faults import (
     ALLOWED_STATUSES,
     FaultKind,
     FaultPlan,
@@ -250,7 +250,7 @@ def test_scoped_down_only_touches_matching_tools():
 
 _CHILD = """
 import json, sys
-from stbproxy.faults import FaultPlan
+from stbproxy.sim.faults import FaultPlan
 tools = json.loads(sys.argv[1])
 print(json.dumps({f: FaultPlan.from_specs(f"down={f}", seed=42).down_tools(tools) for f in ("0.1", "0.5")}))
 """

@@ -158,7 +158,7 @@ def test_a_store_that_cannot_be_written_fails_loudly(tmp_path, upstream):
     assert code != 0 and "could not flush the store" in output and "store flushed" not in output
     assert "Traceback" not in output
     # Reopened without the limit: every acknowledged answer is there, whole.
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     with Store(store, readonly=True) as db:
         kept = {ex.request.url: ex.response.body for ex in db.entries()}

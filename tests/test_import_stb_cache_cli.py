@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.test_cli_process import stbproxy
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from stbproxy.inprocess import ReplayMismatch, replay
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess
 from tests.test_integration_proxy import agent
 

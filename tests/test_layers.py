@@ -12,18 +12,18 @@ PACKAGE = ROOT / "stbproxy"
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 LAYERS = {
     "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1,
-    "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "faults": 2, "schema_sim": 2, "routing": 2,
-    "bodies": 2, "simulation": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
+    "keys": 2, "redact": 2, "catalog": 2, "validity": 2, "routing": 2,
+    "bodies": 2, "sessions": 2, "limits": 2, "auth_throttle": 2,
     "forgetting": 2, "stability_queries": 2, "provenance": 2,
-    "store": 3, "simulator": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
-    "private_files": 3, "trust_bundle": 3, "cache_placement": 3, "write_failures": 3, "shared_store": 3, "tiered_store": 3, "tier_sync": 3,
+    "store": 3, "sim": 3, "upstream": 3, "stb_cache": 3, "cassette_store": 3, "destinations": 3,
+    "private_files": 3, "trust_bundle": 3, "cache_placement": 3,
     "engine": 4, "worker_link": 4, "reader_engine": 4, "settings": 4, "virtual_api": 4, "runtime": 4, "guard": 4, "conversation_export": 4,
     "cassettes": 2,
-    "mitm": 5, "workers": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "redis_process": 5, "stability": 5,
+    "mitm": 5, "workers": 5, "cli": 5, "inprocess": 5, "pytest_plugin": 5, "serve_process": 5, "stability": 5,
     "__main__": 6, "__init__": 0,
 }
-OWNERS = {"rocksdict": "store", "openai": "simulator", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
-          "requests_mock": "inprocess", "redis": "shared_store", "ahocorasick_rs": "validity"}
+OWNERS = {"rocksdict": "store", "openai": "sim", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
+          "requests_mock": "inprocess", "redis": "store", "ahocorasick_rs": "validity"}
 
 
 def imports_of(path: Path) -> set[str]:

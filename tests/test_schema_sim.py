@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from stbproxy.schema_sim import (
+from stbproxy.sim.schema import (
     MAX_DEPTH,
     MAX_LIST_LENGTH,
     repair_truncated_json,

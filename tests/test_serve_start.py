@@ -13,8 +13,8 @@ import requests
 from stbproxy.catalog import ApiDoc, Catalog
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
-from stbproxy.shared_store import SharedBulk, parse_shared_url
-from stbproxy.store import Store, encode_exchange
+from stbproxy.store.shared import SharedBulk, parse_shared_url
+from stbproxy.store.embedded import Store, encode_exchange
 from tests.test_cli_process import one_error_line, stbproxy
 
 pytestmark = pytest.mark.integration

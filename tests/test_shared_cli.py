@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from stbproxy.cassettes import write_cassette
 from stbproxy.catalog import api_key_name, category_key, tool_key
 from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.redis_process import RedisProcess, free_port
+from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
-from stbproxy.shared_store import SharedBulk, parse_shared_url, redact_shared_url
-from stbproxy.store import ENTRY_PREFIXES, Store, encode_exchange
+from stbproxy.store.shared import SharedBulk, parse_shared_url, redact_shared_url
+from stbproxy.store.embedded import ENTRY_PREFIXES, Store, encode_exchange
 
 
 def invoke(*args, env=None):

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from stbproxy.errors import ConfigError, StoreError
-from stbproxy.redis_process import RedisProcess
-from stbproxy.shared_store import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, BulkWriter, Lease, SharedBulk, SharedTier,
+from stbproxy.store.redis_process import RedisProcess
+from stbproxy.store.shared import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, BulkWriter, Lease, SharedBulk, SharedTier,
                                    parse_shared_url, redact_shared_url)
 
 

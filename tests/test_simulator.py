@@ -17,8 +17,8 @@ from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.simulation import SimulationRequest
-from stbproxy.simulator import (
+from stbproxy.sim.simulation import SimulationRequest
+from stbproxy.sim.simulators import (
     MAX_ATTEMPTS,
     LlmSimulator,
     OffSimulator,
@@ -28,7 +28,7 @@ from stbproxy.simulator import (
     fit_examples,
     parse_reply,
 )
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, fake_openai  # noqa: F401
 
 WEATHER = ApiDoc(

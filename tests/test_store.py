@@ -7,7 +7,7 @@ import pytest
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
-from stbproxy.store import RecordTemplate, Store, decode_exchange, encode_exchange
+from stbproxy.store.embedded import RecordTemplate, Store, decode_exchange, encode_exchange
 
 
 def exchange(key="http/h/GET/p/1", body=b'{"ok": true}', source=Source.UPSTREAM, **meta) -> Exchange:
@@ -74,7 +74,7 @@ def test_second_writer_gets_a_clear_lock_error_and_readers_still_work(tmp_path):
     with Store(tmp_path / "s") as writer:
         writer.put(exchange())
         code = textwrap.dedent(f"""
-            from stbproxy.store import Store
+            from stbproxy.store.embedded import Store
             from stbproxy.errors import StoreLockedError
             try:
                 Store({str(tmp_path / 's')!r})
@@ -108,7 +108,7 @@ def test_kill_9_loses_nothing_already_acknowledged(tmp_path):
         import os, sys
         sys.path.insert(0, {os.getcwd()!r})
         from tests.test_store import exchange
-        from stbproxy.store import Store
+        from stbproxy.store.embedded import Store
         store = Store({str(tmp_path / 's')!r})
         for i in range(200):
             store.put(exchange(f"http/h/GET/p/{{i}}"))
@@ -127,7 +127,7 @@ def _writer_killed(tmp_path, body: str) -> subprocess.CompletedProcess:
         import os, sys
         sys.path.insert(0, {os.getcwd()!r})
         from tests.test_store import exchange
-        from stbproxy.store import Store, encode_exchange
+        from stbproxy.store.embedded import Store, encode_exchange
         store = Store({str(tmp_path / 's')!r})
     """) + textwrap.dedent(body) + "\nos.kill(os.getpid(), 9)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -262,7 +262,7 @@ def test_a_secondary_sees_the_writers_entries_after_catching_up(tmp_path):
 
 
 def test_a_path_that_mentions_lock_is_not_taken_for_a_held_lock(tmp_path):
-    from stbproxy.store import open_failure
+    from stbproxy.store.embedded import open_failure
 
     path = tmp_path / "blocks" / "store"
     read_only = open_failure(path, Exception(f"IO error: While mkdir if missing: {path}: Read-only file system"))

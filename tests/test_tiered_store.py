@@ -9,9 +9,9 @@ import time
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
 from stbproxy.routing import http_call
-from stbproxy.shared_store import LEASE_PREFIX, SharedBulk, SharedTier, parse_shared_url
-from stbproxy.store import Store
-from stbproxy.tiered_store import TieredReader, TieredStore
+from stbproxy.store.shared import LEASE_PREFIX, SharedBulk, SharedTier, parse_shared_url
+from stbproxy.store.embedded import Store
+from stbproxy.store.tiered import TieredReader, TieredStore
 from stbproxy.upstream import Upstream, UpstreamConfig
 
 

@@ -7,7 +7,7 @@ import ssl
 
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 
 COOKIE_SECRET = "ck-agent-a-session-7f3e9"

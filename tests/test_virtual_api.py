@@ -15,7 +15,7 @@ from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
 from stbproxy.routing import http_call
 from stbproxy.keys import DEFAULT_RULES
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 from stbproxy.sessions import safe_session_name
 from stbproxy.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse

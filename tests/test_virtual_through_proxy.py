@@ -17,7 +17,7 @@ import pytest
 
 from stbproxy.catalog import ApiDoc, Catalog, Param
 from stbproxy.settings import catalog_path_for
-from stbproxy.store import Store
+from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess
 from tests.stb_client import stb_call, stb_client
 from tests.test_integration_proxy import agent

@@ -55,9 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: s
 from scripts.bench.bench_import import generate  # noqa: E402
 from scripts.bench.hitstores import http_body as body_for, http_plan, http_targets  # noqa: E402
 from scripts.common import HOST, child_env, children_cpu, stbproxy_command  # noqa: E402
-from stbproxy.redis_process import RedisProcess  # noqa: E402
+from stbproxy.store.redis_process import RedisProcess  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
-from stbproxy.shared_store import SharedBulk, parse_shared_url  # noqa: E402
+from stbproxy.store.shared import SharedBulk, parse_shared_url  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
 SERVE_ARGS = ("--validity", "strict", "--simulator", "schema")  # the generated bodies are valid answers

@@ -31,7 +31,7 @@ def shared_option(func):
 
 def shared_summary(url: str) -> dict:
     """The shared tier's size and the fleet's counters (calls saved by waiting on another proxy, ...)."""
-    from stbproxy.shared_store import SharedBulk, parse_shared_url
+    from stbproxy.store.shared import SharedBulk, parse_shared_url
 
     with SharedBulk(parse_shared_url(url)) as bulk:
         return {"url": bulk.url.redacted, "keys": bulk.key_count(), "memory_bytes": bulk.memory(),
@@ -51,13 +51,13 @@ def print_shared_summary(fleet: dict) -> None:
 
 def open_reader(store: Path, shared: str | None):
     """The local store read-only, with the shared tier behind it when --shared is given."""
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     local = Store(store, readonly=True)
     if not shared:
         return local
-    from stbproxy.shared_store import SharedBulk, parse_shared_url
-    from stbproxy.tiered_store import TieredReader
+    from stbproxy.store.shared import SharedBulk, parse_shared_url
+    from stbproxy.store.tiered import TieredReader
 
     try:
         return TieredReader(local, SharedBulk(parse_shared_url(shared)))
@@ -67,7 +67,7 @@ def open_reader(store: Path, shared: str | None):
 
 
 def open_bulk(shared: str | None):
-    from stbproxy.shared_store import SharedBulk, parse_shared_url
+    from stbproxy.store.shared import SharedBulk, parse_shared_url
 
     return SharedBulk(parse_shared_url(shared)) if shared else None
 
@@ -107,7 +107,7 @@ class SharedCopies:
         self.added = 0
 
     def entry(self, exchange) -> None:
-        from stbproxy.store import encode_exchange
+        from stbproxy.store.embedded import encode_exchange
 
         if self.bulk is not None:
             self.entries.append((exchange.key, encode_exchange(exchange)))
@@ -156,9 +156,9 @@ def sync(store, shared, do_push, do_pull):
     """
     from tqdm import tqdm
 
-    from stbproxy import tier_sync
+    from stbproxy.store import sync as tier_sync
     from stbproxy.settings import catalog_path_for
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     if not shared:
         fail("give the shared tier: --shared URL (or $STBPROXY_SHARED)")

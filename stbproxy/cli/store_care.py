@@ -38,8 +38,8 @@ def stats(store, as_json, top, errors, shared):
 
     Works while a proxy runs (the store is opened read-only).
     """
-    from stbproxy.store import Store
-    from stbproxy.write_failures import read_status
+    from stbproxy.store.embedded import Store
+    from stbproxy.store.write_failures import read_status
 
     try:
         with Store(store, readonly=True) as db:
@@ -241,8 +241,8 @@ def forget(store, sources, faulted, hosts, apis, session, keys, older_than, newe
     from contextlib import nullcontext
 
     from stbproxy.forgetting import Selection
-    from stbproxy.store import Store
-    from stbproxy.tiered_store import TieredReader
+    from stbproxy.store.embedded import Store
+    from stbproxy.store.tiered import TieredReader
 
     if not (store / "CURRENT").exists():
         fail(f"no store at {store} (pass --store, or set STBPROXY_STORE)")

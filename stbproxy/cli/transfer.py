@@ -156,7 +156,7 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
     Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
     """
     from stbproxy import stb_cache
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     try:
         files, placement, catalog_file = _placed_cache_files(cache_dir, store)
@@ -318,7 +318,7 @@ def import_tools(sources, store, catalog, shared):
         known.save(target)  # atomic: a Ctrl-C leaves the old catalog or the new one
         saved = True
         if shared:  # published for the fleet: 'stbproxy sync --pull' fetches it on each machine
-            from stbproxy.tier_sync import push_catalog
+            from stbproxy.store.sync import push_catalog
 
             with open_bulk(shared) as bulk:
                 push_catalog(bulk, target.read_bytes())
@@ -358,7 +358,7 @@ def import_cassette(files, store, session, shared):
     from stbproxy.runtime import load_catalog
     from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
-    from stbproxy.store import Store
+    from stbproxy.store.embedded import Store
 
     if session is not None and safe_session_name(session) != session:
         fail(f"session name {session!r} must use only letters, digits, '.', '_' and '-'")

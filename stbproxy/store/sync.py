@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from stbproxy.errors import StoreError
-from stbproxy.shared_store import CATALOG_KEY, SharedBulk
-from stbproxy.store import ENTRY_PREFIXES, LOG_PREFIX, Store, decode_exchange
+from stbproxy.store.shared import CATALOG_KEY, SharedBulk
+from stbproxy.store.embedded import ENTRY_PREFIXES, LOG_PREFIX, Store, decode_exchange
 
 COPIED_PREFIXES = (*ENTRY_PREFIXES, LOG_PREFIX)  # cache entries and logged records; sessions stay put
 BATCH = 1000

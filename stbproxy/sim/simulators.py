@@ -40,8 +40,8 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Request, Source
 from stbproxy.redact import redact_request
 from stbproxy.routing import request_args
-from stbproxy.schema_sim import virtual_answer
-from stbproxy.simulation import Simulation, SimulationRequest, Simulator
+from stbproxy.sim.schema import virtual_answer
+from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 
 log = logging.getLogger("stbproxy")
 

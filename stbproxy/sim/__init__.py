@@ -1,0 +1,8 @@
+"""Answers when the real API cannot give one: what the engine asks of a simulator and gets
+back (simulation.py), the simulators (simulators.py: the LLM one, the only importer of
+openai, the schema one and "off"), the offline schema answers (schema.py), and fault
+injection, which makes calls fail on purpose (faults.py).
+
+It may import the pure modules below it (errors, models, bodies, jsonsafe, keys, catalog,
+redact, routing); the engine and the runtime use it.
+"""
