@@ -98,3 +98,12 @@ def test_stbcore_sits_below_both_and_needs_only_the_standard_library(path):
         assert top not in ("stbproxy", "stbeval"), f"stbcore.{path.stem} imports {name}"
         assert top in sys.stdlib_module_names or top in ("__future__", "stbcore"), \
             f"stbcore.{path.stem} imports the third-party {name}"
+
+
+def test_every_package_is_installed():
+    """A wheel holds only the packages pyproject lists (an editable install hides a missing one)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(ROOT).parts) for init in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
