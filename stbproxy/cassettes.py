@@ -29,7 +29,7 @@ from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.provenance import SOURCE_HEADER  # in a cassette: the origin of each recorded answer
-from stbproxy.redact import redact_request, redact_response, secret_values
+from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, secret_values
 from stbproxy.routing import VIRTUAL_HOST, http_call
 
 Format = Literal["yaml", "json"]
@@ -61,42 +61,40 @@ class Problem:
         return f"interaction {self.index}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """One exchange that could not be put in a cassette, and why; neither text holds a secret."""
+
+    index: int  # its position among the exchanges exported, from 0
+    what: str  # the method and redacted URL, and its store key
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}"
+
+
 # -- export ---------------------------------------------------------------------------------
 
 
-def exchanges_to_cassette(exchanges: Iterable[Exchange], rules: KeyRules = DEFAULT_RULES) -> dict:
-    """The cassette document (``{"interactions": [...], "version": 1}``), as vcrpy writes it."""
-    interactions = []
-    for ex in exchanges:
-        secrets = secret_values(ex.request, rules)
-        request = redact_request(ex.request, rules)
-        response = redact_response(ex.response, secrets | secret_values(request, rules))
-        response = response.with_header(SOURCE_HEADER, ex.source.value)
-        interactions.append({
-            # compat.convert_to_unicode: what vcr.serialize.serialize does to each side,
-            # so a body that is UTF-8 becomes readable text and anything else stays bytes.
-            "request": compat.convert_to_unicode({
-                "body": request.body or None,
-                "headers": _grouped(request.headers),
-                "method": request.method,
-                "uri": request.url,
-            }),
-            "response": compat.convert_to_unicode({
-                "body": {"string": response.body},
-                "headers": _grouped(response.headers),
-                "status": {"code": response.status, "message": response.reason or _reason(response.status)},
-            }),
-        })
-    return {"interactions": interactions, "version": CASSETTE_FORMAT_VERSION}
+def exchanges_to_cassette(exchanges: Iterable[Exchange], rules: KeyRules = DEFAULT_RULES,
+                          left_out: list[LeftOut] | None = None) -> dict:
+    """The cassette document (``{"interactions": [...], "version": 1}``), as vcrpy writes it.
+
+    An exchange that cannot be converted is named in ``left_out`` and the others are kept;
+    without ``left_out`` it raises StbError naming it (never a silent partial document)."""
+    exchanges = list(exchanges)
+    found: list[LeftOut] = []
+    converted = _converted(exchanges, rules, found)
+    _refuse_partial(found, left_out)
+    return _document([interaction for _index, interaction in converted])
 
 
 def serialize(cassette: dict, fmt: Format) -> str:
     """The cassette as text, by vcrpy's serializer for ``fmt``."""
     if fmt == "yaml":
-        return yamlserializer.serialize(cassette)
+        return yamlserializer.serialize(_yaml_ready(cassette))
     if fmt == "json":
-        binary = [i for i, it in enumerate(cassette["interactions"])
-                  if isinstance(it["request"]["body"], bytes) or isinstance(it["response"]["body"]["string"], bytes)]
+        binary = [i for i, it in enumerate(cassette["interactions"]) if _holds_bytes(it)]
         if binary:
             # vcrpy's JSON serializer cannot hold bytes either; say which ones, and what works.
             raise StbError(f"interaction(s) {_list(binary)} have binary (non-UTF-8) bodies, which a JSON cassette "
@@ -106,16 +104,25 @@ def serialize(cassette: dict, fmt: Format) -> str:
 
 
 def write_cassette(path: str | os.PathLike, exchanges: Iterable[Exchange], fmt: Format = "yaml",
-                   rules: KeyRules = DEFAULT_RULES) -> int:
+                   rules: KeyRules = DEFAULT_RULES, left_out: list[LeftOut] | None = None) -> int:
     """Write the cassette atomically (a temp file beside ``path``, then os.replace);
-    returns how many interactions it holds. Nothing but ``path`` is left behind."""
+    returns how many interactions it holds. Nothing but ``path`` is left behind.
+
+    One exchange never breaks the others: one that cannot be converted or written is
+    appended to ``left_out`` (method, redacted URL and reason) and the rest are written.
+    Without ``left_out``, such an exchange raises StbError and nothing is written."""
     path = Path(path)
-    cassette = exchanges_to_cassette(exchanges, rules)
-    text = serialize(cassette, fmt)
+    exchanges = list(exchanges)
+    found: list[LeftOut] = []
+    converted = _converted(exchanges, rules, found)
+    text, written = _serialized(converted, fmt, exchanges, rules, found)
+    _refuse_partial(found, left_out)
     if not path.parent.is_dir():
         raise InputError(f"cannot write {path}: the directory {path.parent} does not exist")
     write_atomically(path, text)
-    return len(cassette["interactions"])
+    if left_out is not None:
+        left_out.extend(found)
+    return written
 
 
 def format_for(path: str | os.PathLike, fmt: str | None = None) -> Format:
@@ -123,6 +130,210 @@ def format_for(path: str | os.PathLike, fmt: str | None = None) -> Format:
     if fmt:
         return fmt  # type: ignore[return-value]
     return "json" if str(path).lower().endswith(".json") else "yaml"
+
+
+def _converted(exchanges: list[Exchange], rules: KeyRules, found: list[LeftOut]) -> list[tuple[int, dict]]:
+    """(position, interaction) per exchange that converts; a LeftOut in ``found`` per one that does not."""
+    out = []
+    for index, exchange in enumerate(exchanges):
+        try:
+            out.append((index, _interaction(exchange, rules)))
+        except Exception as exc:  # whatever one entry holds, the others are still exported
+            found.append(LeftOut(index, _described(exchange, rules), _failure(exc, exchange, rules)))
+    return out
+
+
+def _interaction(ex: Exchange, rules: KeyRules) -> dict:
+    secrets = secret_values(ex.request, rules)
+    request = redact_request(ex.request, rules)
+    response = redact_response(ex.response, secrets | secret_values(request, rules))
+    response = response.with_header(SOURCE_HEADER, ex.source.value)
+    return {
+        # compat.convert_to_unicode: what vcr.serialize.serialize does to each side,
+        # so a body that is UTF-8 becomes readable text and anything else stays bytes.
+        "request": compat.convert_to_unicode({
+            "body": request.body or None,
+            "headers": _grouped(request.headers),  # as stored: see _yaml_ready
+            "method": request.method,
+            "uri": _uri_text(request.url),
+        }),
+        "response": compat.convert_to_unicode({
+            "body": {"string": response.body},
+            "headers": _grouped(response.headers, _response_header_value),
+            "status": {"code": response.status, "message": response.reason or _reason(response.status)},
+        }),
+    }
+
+
+def _serialized(converted: list[tuple[int, dict]], fmt: Format, exchanges: list[Exchange], rules: KeyRules,
+                found: list[LeftOut]) -> tuple[str, int]:
+    """The cassette text and how many interactions it holds. Should the whole document not
+    serialize, each interaction is tried alone: those that fail go to ``found``, the rest
+    are written. (A JSON cassette asked to hold bytes is refused whole: serialize says why.)"""
+    try:
+        return serialize(_document([interaction for _index, interaction in converted]), fmt), len(converted)
+    except StbError:
+        raise
+    except Exception:
+        pass  # one interaction (at least) cannot be written: find which, and write the others
+    kept = []
+    for index, interaction in converted:
+        try:
+            serialize(_document([interaction]), fmt)
+        except StbError:
+            raise
+        except Exception as exc:
+            # YAML text holds no lone surrogate: name the field that has one (after _yaml_ready
+            # has made request header values bytes), else say what failed.
+            unwritable = None
+            if fmt == "yaml":
+                unwritable = _unwritable(_yaml_ready(_document([interaction]))["interactions"][0])
+            found.append(LeftOut(index, _described(exchanges[index], rules),
+                                 unwritable or _failure(exc, exchanges[index], rules)))
+        else:
+            kept.append(interaction)
+    found.sort(key=lambda item: item.index)
+    return serialize(_document(kept), fmt), len(kept)
+
+
+def _document(interactions: list[dict]) -> dict:
+    return {"interactions": interactions, "version": CASSETTE_FORMAT_VERSION}
+
+
+def _refuse_partial(found: list[LeftOut], left_out: list[LeftOut] | None) -> None:
+    """A caller that gave no ``left_out`` list gets every exchange or an error, never a part."""
+    if found and left_out is None:
+        shown = "; ".join(map(str, found[:3])) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        raise StbError(f"{len(found)} exchange(s) cannot be exported: {shown}")
+
+
+# Header values and URLs as stored: request header values are the client's bytes read as UTF-8
+# with surrogate escapes (a byte that is not UTF-8 becomes a lone surrogate, U+DC80-U+DCFF),
+# response header values are the upstream's bytes read as Latin-1 (one character a byte).
+# Text with a lone surrogate is written as the bytes it stands for. A request header value is
+# written as bytes in YAML (!!binary, as vcrpy writes a bytes header value: YAML text cannot
+# hold a surrogate) and as its \udcXX escapes in JSON (which holds no bytes); either is read
+# back as the stored text. A response header value becomes the Latin-1 text of those bytes
+# (vcrpy plays response headers as text), which the proxy sends as those bytes. A URL gets
+# each such byte percent-encoded. Text that is UTF-8 already is written as it is.
+
+
+def _yaml_ready(cassette: dict) -> dict:
+    """The cassette with each request header value that YAML text cannot hold as bytes;
+    the same document when there is none (as for all UTF-8 traffic)."""
+    interactions = cassette.get("interactions")
+    if not isinstance(interactions, list):
+        return cassette
+    ready = []
+    for interaction in interactions:
+        request = interaction.get("request") if isinstance(interaction, dict) else None
+        headers = request.get("headers") if isinstance(request, dict) else None
+        if isinstance(headers, dict):
+            written = {name: _yaml_values(values) for name, values in headers.items()}
+            if written != headers:
+                interaction = {**interaction, "request": {**request, "headers": written}}
+        ready.append(interaction)
+    return {**cassette, "interactions": ready}
+
+
+def _yaml_values(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_request_header_value(v) if isinstance(v, str) else v for v in values]
+    return _request_header_value(values) if isinstance(values, str) else values
+
+
+def _request_header_value(value: str) -> str | bytes:
+    return value if _is_utf8(value) else _as_bytes(value)
+
+
+def _response_header_value(value: str) -> str:
+    return value if _is_utf8(value) else _as_bytes(value).decode("latin-1")
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def _uri_text(url: str) -> str:
+    """The URL, with each byte that was not UTF-8 percent-encoded (``%FF``): the only way
+    a URI may carry it, and text that YAML and JSON both hold."""
+    if _is_utf8(url):
+        return url
+    return _ESCAPED_BYTE.sub(lambda m: f"%{ord(m.group()) - 0xDC00:02X}", url)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _as_bytes(text: str) -> bytes:
+    """The bytes a surrogate-escaped text stands for (as the proxy sends a header upstream)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no byte decodes to: it cannot have come off the wire
+        return text.encode("utf-8", "replace")
+
+
+def _holds_bytes(value: Any) -> bool:
+    if isinstance(value, bytes):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_bytes(v) for v in value)
+    return False
+
+
+def _described(ex: Exchange, rules: KeyRules) -> str:
+    """The exchange as one safe line: method, redacted URL, store key."""
+    try:
+        named = f"{ex.request.method} {redact_url(ex.request, rules)} (key {ex.key})"
+    except Exception:  # a request too odd to redact: the store key alone names it
+        named = f"key {getattr(ex, 'key', '?')}"
+    return _printable(named)
+
+
+def _failure(exc: BaseException, ex: Exchange, rules: KeyRules) -> str:
+    """Why an exchange could not be exported, with its secrets scrubbed."""
+    message = str(exc)
+    try:
+        message = scrub_text(message, secret_values(ex.request, rules))
+    except Exception:
+        message = ""  # unscrubbable: the error's kind alone is said
+    return _printable(_one_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__))
+
+
+def _unwritable(value: Any, where: str = "") -> str | None:
+    """Where an interaction holds text that no cassette can write (a lone surrogate), if anywhere."""
+    if isinstance(value, str):
+        if _is_utf8(value):
+            return None
+        bad = next(c for c in value if "\ud800" <= c <= "\udfff")
+        return _printable(f"{where or 'a value'} holds {ascii(bad)[1:-1]}, a lone surrogate that no cassette "
+                          "text can hold")
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, str) and not _is_utf8(key):
+            return f"a name in {where or 'the interaction'} holds a lone surrogate that no cassette text can hold"
+        inner = (f"{where}[{key!r}]" if isinstance(key, int) or where.endswith("headers")
+                 else f"{where}.{key}" if where else str(key))
+        found = _unwritable(item, inner)
+        if found:
+            return found
+    return None
+
+
+def _printable(text: str) -> str:
+    """One terminal-safe line: controls and lone surrogates as backslash escapes."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -211,7 +422,7 @@ def interaction_from_dict(index: int, raw: Any) -> Interaction:
     body = _field(response, "body", dict, "response.body")
     if "string" not in body:
         raise _Bad("response.body has no 'string'")
-    headers = _headers(response.get("headers"), "response.headers")
+    headers = _headers(response.get("headers"), "response.headers", "latin-1")
     source = next((v for k, v in headers if k.lower() == SOURCE_HEADER.lower()), None)
     if source == Source.ERROR.value:
         raise _Bad("the proxy had no answer here (X-Stb-Source: error), so there is nothing to replay")
@@ -221,7 +432,7 @@ def interaction_from_dict(index: int, raw: Any) -> Interaction:
     response_body, headers = decoded_body(response_body, headers)
     return Interaction(
         index,
-        Request(method.upper(), uri, _headers(request.get("headers"), "request.headers"),
+        Request(method.upper(), uri, _headers(request.get("headers"), "request.headers", "utf-8"),
                 _bytes(request.get("body"), "request.body")),
         Response(code, headers, response_body, message),
         source,
@@ -301,17 +512,20 @@ def _stand_in_api(request: Request) -> tuple[ApiRef, dict] | None:
     return ApiRef(*parts), args
 
 
-def _grouped(headers: Headers) -> dict[str, list[str]]:
-    """vcrpy's header form: each name (as first seen) with the list of its values."""
-    out: dict[str, list[str]] = {}
+def _grouped(headers: Headers, written=lambda value: value) -> dict[str, list]:
+    """vcrpy's header form: each name (as first seen) with the list of its values, each as
+    ``written`` makes it."""
+    out: dict[str, list] = {}
     names: dict[str, str] = {}
     for name, value in headers:
         first = names.setdefault(name.lower(), name)
-        out.setdefault(first, []).append(value)
+        out.setdefault(first, []).append(written(value))
     return out
 
 
-def _headers(raw: Any, where: str) -> Headers:
+def _headers(raw: Any, where: str, charset: str) -> Headers:
+    """Header fields as stored; a bytes value (YAML !!binary) is read as the store keeps that
+    side: request headers as UTF-8 with surrogate escapes, response headers as Latin-1."""
     if raw is None:
         return ()
     if not isinstance(raw, dict):
@@ -322,7 +536,7 @@ def _headers(raw: Any, where: str) -> Headers:
             raise _Bad(f"{where} has a header name that is not text: {name!r}")
         for value in values if isinstance(values, list) else [values]:
             if isinstance(value, bytes):
-                value = value.decode("latin-1")
+                value = value.decode(charset, "surrogateescape")
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = str(value)
             if not isinstance(value, str):

@@ -57,6 +57,7 @@ def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
 class ConversationExport:
     written: list[tuple[Path, int]] = field(default_factory=list)  # (file, interactions)
     notes: list[str] = field(default_factory=list)
+    left_out: list[cassettes.LeftOut] = field(default_factory=list)  # exchanges no cassette could hold
 
 
 def export_by_conversation(exchanges: list[Exchange], folder: Path, *, fmt: cassettes.Format = "yaml",
@@ -64,7 +65,12 @@ def export_by_conversation(exchanges: list[Exchange], folder: Path, *, fmt: cass
     """One cassette per conversation of ``exchanges`` in ``folder``: ``<query id>.<fmt>``
     (under ``<group>/`` when the queries span several groups), else ``<digest>.<fmt>``."""
     result = ConversationExport()
-    traffic = read_traffic(recorded_from_document(cassettes.exchanges_to_cassette(exchanges)))
+    document = cassettes.exchanges_to_cassette(exchanges, left_out=result.left_out)
+    if result.left_out:  # named, and left out of every conversation (the rest keep their places)
+        gone = {item.index for item in result.left_out}
+        exchanges = [ex for i, ex in enumerate(exchanges) if i not in gone]
+        document = cassettes.exchanges_to_cassette(exchanges)
+    traffic = read_traffic(recorded_from_document(document))
     names, result.notes = name_conversations(traffic, where=where, queries=queries, unmatched="digest")
     result.notes[:0] = [f"{where}: {reason}" for reason in traffic.unread]
     if not names:
@@ -83,7 +89,7 @@ def export_by_conversation(exchanges: list[Exchange], folder: Path, *, fmt: cass
         target = (folder / name.group if several_groups and name.group else folder) / f"{stem}.{fmt}"
         target.parent.mkdir(parents=True, exist_ok=True)
         members = [exchanges[i] for i in name.conversation.members()]
-        result.written.append((target, cassettes.write_cassette(target, members, fmt)))
+        result.written.append((target, cassettes.write_cassette(target, members, fmt, left_out=result.left_out)))
     if traffic.unattributed:
         result.notes.append(f"{where}: {len(traffic.unattributed)} request(s) made while no conversation was "
                             "waiting for a tool result are in no cassette")

@@ -25,6 +25,7 @@ Registered through the ``pytest11`` entry point, so installing stbproxy enables 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -173,11 +174,19 @@ def serve_args(config) -> list[str]:
 
 
 def _export(store: Path, session: str, cassette: Path) -> None:
+    """Export the session over ``cassette``: only a whole export replaces it (an export that
+    could not write every entry leaves the cassette as it was, and fails the test)."""
     cassette.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", session, "-o", str(cassette),
-                             "--store", str(store)], capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        pytest.fail(f"could not export the recorded session to {cassette}:\n{result.stderr}", pytrace=False)
+    fresh = cassette.with_name(f".{cassette.name}.{os.getpid()}.recording{cassette.suffix}")
+    try:
+        result = subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", session, "-o", str(fresh),
+                                 "--store", str(store)], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            pytest.fail(f"could not export the recorded session to {cassette} (left as it was):\n{result.stderr}",
+                        pytrace=False)
+        os.replace(fresh, cassette)
+    finally:
+        fresh.unlink(missing_ok=True)
 
 
 def _failed_calls(store: Path, session: str) -> str:

@@ -56,6 +56,7 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
     if output is not None and output.is_dir() and not by_conversation:
         fail(f"{output} is a folder; give a cassette file name")
     skipped: list[str] = []
+    left_out: list = []  # exchanges that could not be written: named, the rest are written
     try:
         with open_reader(store, shared) as db:
             if session is not None:
@@ -73,20 +74,35 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
         if by_conversation:
             return _export_conversations(exchanges, output or Path(safe_session_name(name)), fmt, queries,
                                          name, skipped)
-        written = cassettes.write_cassette(output, exchanges, cassettes.format_for(output, fmt))
+        written = cassettes.write_cassette(output, exchanges, cassettes.format_for(output, fmt), left_out=left_out)
     except StbError as exc:
         fail(str(exc))
     for line in skipped[:50]:
         click.echo(f"  skipped: {line}", err=True)
     if len(skipped) > 50:
         click.echo(f"  ... and {len(skipped) - 50} more", err=True)
-    left_out = f", {total - written} simulated left out" if exclude_simulated else ""
-    click.echo(f"wrote {written} interactions to {output}{left_out}"
-               + (f", {len(skipped)} skipped" if skipped else "") + f" (by origin: {_origins(exchanges)})")
+    _report_left_out(left_out)
+    simulated = f", {total - len(exchanges)} simulated left out" if exclude_simulated else ""
+    left_out_ids = {item.index for item in left_out}
+    click.echo(f"wrote {written} interactions to {output}{simulated}"
+               + (f", {len(skipped)} skipped" if skipped else "")
+               + (f", {len(left_out)} not exported" if left_out else "")
+               + f" (by origin: {_origins(ex for i, ex in enumerate(exchanges) if i not in left_out_ids)})")
+    if left_out:
+        fail(f"{len(left_out)} of {len(exchanges)} entries could not be exported (each is named above); "
+             f"the other {written} are in {output}", 1)
 
 
 # Answers the proxy made up because no real one was had: --exclude-simulated leaves them out.
 MADE_UP = frozenset({"simulated", "simulated-error", "unavailable"})
+
+
+def _report_left_out(left_out) -> None:
+    """One line per exchange an export could not write: its method, redacted URL, key and why."""
+    for item in left_out[:50]:
+        click.echo(f"  not exported: {item}", err=True)
+    if len(left_out) > 50:
+        click.echo(f"  ... and {len(left_out) - 50} more not exported", err=True)
 
 
 def _origins(exchanges) -> str:
@@ -109,8 +125,13 @@ def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skip
     result = export_by_conversation(exchanges, folder, fmt=fmt or "yaml", queries=index, where=f"session {name}")
     for line in [*problems, *result.notes, *(f"skipped: {s}" for s in skipped)]:
         click.echo(f"  {line}", err=True)
+    _report_left_out(result.left_out)
     total = sum(count for _path, count in result.written)
-    click.echo(f"wrote {len(result.written)} cassettes ({total} interactions) to {folder}")
+    click.echo(f"wrote {len(result.written)} cassettes ({total} interactions) to {folder}"
+               + (f", {len(result.left_out)} not exported" if result.left_out else ""))
+    if result.left_out:
+        fail(f"{len(result.left_out)} entries could not be exported (each is named above); "
+             f"the other {total} are in {folder}", 1)
 
 
 def _matches(exchange, pattern: str) -> bool:
