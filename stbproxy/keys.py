@@ -8,11 +8,13 @@ agents with different API keys share one cache entry. ``diff`` explains a miss.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import posixpath
 import re
 from dataclasses import dataclass, field
+from email.message import Message
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -20,11 +22,44 @@ from stbproxy import jsonsafe
 from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
 from stbproxy.models import ApiRef, Request
 
+
+class Names(frozenset):
+    """Lower-case field or header names, looked up as the proxy matches secret names:
+    whatever the case (``API_KEY``, ``Toolbench_Key``), and with array and nested form
+    spellings (``api_key[]``, ``api_key[0]``, ``auth[password]``) matching the name inside
+    the brackets or before them."""
+
+    __slots__ = ()
+
+    def __contains__(self, name: object) -> bool:
+        if frozenset.__contains__(self, name):
+            return True
+        if type(name) is not str:
+            return False
+        lower = name.lower()
+        if lower != name and frozenset.__contains__(self, lower):
+            return True
+        if "[" not in lower:
+            return False
+        return any(frozenset.__contains__(self, part) for part in _BRACKETS.split(lower) if part)
+
+
+_BRACKETS = re.compile(r"[\[\]]")
+
 # Headers never part of a key and always redacted before storage.
 # ToolBench's client sends its key as a "toolbench_key" header as well as in the body.
-SECRET_HEADERS = frozenset({"x-rapidapi-key", "authorization", "proxy-authorization", "cookie", "toolbench_key"})
-# Query and body fields secret by default: stbcore.arguments.SECRET_FIELDS (users add
-# more with KeyRules.extra_secret_fields).
+SECRET_HEADERS = Names({
+    "x-rapidapi-key", "authorization", "proxy-authorization", "cookie", "toolbench_key",
+    "x-api-key", "api-key", "x-auth-token", "x-access-token",
+})
+# Query, body and multipart fields secret by default: stbcore.arguments.SECRET_FIELDS (the
+# names StableToolBench's own calls carry keys in, also left out by the evaluator) and the
+# usual names of credentials on other HTTP APIs. "key" is not among them: it is a real
+# argument of many APIs. Users add names with KeyRules.extra_secret_fields and take
+# defaults out with KeyRules.not_secret_fields.
+SECRET_FIELDS_DEFAULT = Names(SECRET_FIELDS | {
+    "api-key", "x-api-key", "password", "passwd", "token", "auth_token", "client_secret", "refresh_token",
+})
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 KEY_PATH_CHARS = 120  # how much of the path the readable key prefix keeps
@@ -32,22 +67,28 @@ KEY_PATH_CHARS = 120  # how much of the path the readable key prefix keeps
 
 @dataclass(frozen=True)
 class KeyRules:
-    """Which names are secret (redacted, never keyed) or volatile (never keyed)."""
+    """Which names are secret (redacted, never keyed) or volatile (never keyed).
+
+    The secret names are the defaults (SECRET_FIELDS_DEFAULT, SECRET_HEADERS) with the
+    ``extra_`` names added and the ``not_secret_`` names taken out; all match whatever
+    their case (see Names)."""
 
     extra_secret_fields: frozenset[str] = frozenset()
     extra_secret_headers: frozenset[str] = frozenset()
     volatile_fields: frozenset[str] = frozenset()
+    not_secret_fields: frozenset[str] = frozenset()
+    not_secret_headers: frozenset[str] = frozenset()
     secret_fields: frozenset[str] = field(init=False)
     secret_headers: frozenset[str] = field(init=False)
     unkeyed_fields: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         lower = lambda names: frozenset(n.lower() for n in names)  # noqa: E731
-        object.__setattr__(self, "secret_fields", SECRET_FIELDS | lower(self.extra_secret_fields))
-        object.__setattr__(self, "secret_headers", SECRET_HEADERS | lower(self.extra_secret_headers))
-        object.__setattr__(
-            self, "unkeyed_fields", self.secret_fields | lower(self.volatile_fields)
-        )
+        fields = (SECRET_FIELDS_DEFAULT | lower(self.extra_secret_fields)) - lower(self.not_secret_fields)
+        headers = (SECRET_HEADERS | lower(self.extra_secret_headers)) - lower(self.not_secret_headers)
+        object.__setattr__(self, "secret_fields", Names(fields))
+        object.__setattr__(self, "secret_headers", Names(headers))
+        object.__setattr__(self, "unkeyed_fields", Names(fields | lower(self.volatile_fields)))
 
     @classmethod
     def build(
@@ -55,8 +96,11 @@ class KeyRules:
         secret_fields: Iterable[str] = (),
         secret_headers: Iterable[str] = (),
         volatile_fields: Iterable[str] = (),
+        not_secret_fields: Iterable[str] = (),
+        not_secret_headers: Iterable[str] = (),
     ) -> KeyRules:
-        return cls(frozenset(secret_fields), frozenset(secret_headers), frozenset(volatile_fields))
+        return cls(frozenset(secret_fields), frozenset(secret_headers), frozenset(volatile_fields),
+                   frozenset(not_secret_fields), frozenset(not_secret_headers))
 
 
 DEFAULT_RULES = KeyRules()
@@ -175,9 +219,104 @@ def is_form_type(content_type: str | None) -> bool:
     )
 
 
+def is_multipart_type(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One field of a multipart/form-data body: its name, its file name if any, and where
+    its value lies in the body (``body[start:end]``)."""
+
+    name: str
+    filename: str | None
+    start: int
+    end: int
+
+
+MAX_PARTS = 1000
+
+
+def multipart_parts(body: bytes, content_type: str | None) -> list[Part] | None:
+    """The fields of a multipart/form-data body, or None when it is not one that can be
+    read (no boundary, no part, a part without its blank line). Never raises."""
+    try:
+        return _multipart_parts(body, content_type)
+    except Exception:  # noqa: BLE001 - whatever the client wrote, a body is never an error here
+        return None
+
+
+def _multipart_parts(body: bytes, content_type: str | None) -> list[Part] | None:
+    if not body or not is_multipart_type(content_type):
+        return None
+    boundary = _header_param(content_type, "boundary")
+    if not boundary or len(boundary) > 200:
+        return None
+    delimiter = b"--" + boundary.encode("latin-1")
+    # Delimiters start a line: the body's first line, or after CRLF (LF alone accepted).
+    starts = [m.start() for m in re.finditer(re.escape(delimiter), body)
+              if m.start() == 0 or body[m.start() - 1:m.start()] == b"\n"]
+    parts: list[Part] = []
+    for here, following in zip(starts, starts[1:]):
+        section = here + len(delimiter)
+        if body[section:section + 2] == b"--":  # the closing delimiter
+            break
+        head_end = body.find(b"\r\n\r\n", section, following)
+        gap = 4
+        if head_end < 0:
+            head_end, gap = body.find(b"\n\n", section, following), 2
+        if head_end < 0:
+            return None
+        end = following - 1  # the LF before the next delimiter, and a CR before it
+        if end > head_end + gap and body[end - 1:end] == b"\r":
+            end -= 1
+        end = max(end, head_end + gap)
+        head = body[section:head_end].decode("latin-1")
+        disposition = next((line.split(":", 1)[1] for line in head.splitlines()
+                            if line.lower().startswith("content-disposition:")), "")
+        name = _header_param("x;" + disposition, "name")
+        if name is None:
+            continue
+        parts.append(Part(name, _header_param("x;" + disposition, "filename"), head_end + gap, end))
+        if len(parts) > MAX_PARTS:
+            return None
+    return parts or None
+
+
+def _header_param(value: str, name: str) -> str | None:
+    """One parameter of a header value (``boundary`` of a Content-Type, ``name`` of a
+    Content-Disposition), quoted or not, as email's parser reads it."""
+    message = Message()
+    message["content-type"] = value
+    found = message.get_param(name, header="content-type")
+    if isinstance(found, tuple):  # RFC 2231: (charset, language, text)
+        found = email.utils.collapse_rfc2231_value(found)
+    return found if isinstance(found, str) else None
+
+
+def _multipart_canonical(body: bytes, parts: list[Part], rules: KeyRules) -> str:
+    kept = []
+    for part in parts:
+        if part.name in rules.unkeyed_fields:
+            continue
+        value = body[part.start:part.end]
+        try:
+            text = "text:" + value.decode("utf-8") if part.filename is None else None
+        except UnicodeDecodeError:
+            text = None
+        kept.append((part.name, part.filename or "", text or "sha256:" + hashlib.sha256(value).hexdigest()))
+    return json.dumps(_sorted_by_name((name, [filename, value]) for name, filename, value in kept),
+                      ensure_ascii=False, separators=(",", ":"))
+
+
 def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFAULT_RULES) -> tuple[str, str]:
     if not body:
         return "empty", ""
+    if is_multipart_type(content_type):
+        # Keyed by its fields, not its bytes: clients draw a new boundary for every request.
+        parts = multipart_parts(body, content_type)
+        if parts is not None:
+            return "multipart", _multipart_canonical(body, parts, rules)
     if is_json_type(content_type):
         try:
             value = jsonsafe.loads(body)

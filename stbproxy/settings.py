@@ -36,6 +36,8 @@ class Settings:
     secret_fields: tuple[str, ...] = ()
     secret_headers: tuple[str, ...] = ()
     volatile_fields: tuple[str, ...] = ()
+    not_secret_fields: tuple[str, ...] = ()  # default secret names taken out
+    not_secret_headers: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY
     upstream_timeout: float = 30.0
     upstream_ca: str | None = None
@@ -110,7 +112,8 @@ class Settings:
         return self.catalog or catalog_path_for(self.store)
 
     def key_rules(self) -> KeyRules:
-        return KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields)
+        return KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields,
+                              self.not_secret_fields, self.not_secret_headers)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

@@ -49,11 +49,20 @@ def test_basic_auth_parts_are_secrets():
 
 
 def test_user_configured_secret_field():
-    rules = KeyRules.build(secret_fields=["token"])
-    redacted = redact_request(Request("GET", "http://h/p?token=my-token-1"), rules)
-    assert "my-token-1" not in redacted.url
-    # by default "token" is an ordinary argument
-    assert "my-token-1" in redact_request(Request("GET", "http://h/p?token=my-token-1")).url
+    rules = KeyRules.build(secret_fields=["sig"])
+    redacted = redact_request(Request("GET", "http://h/p?sig=my-sig-1"), rules)
+    assert "my-sig-1" not in redacted.url
+    # by default "sig" is an ordinary argument
+    assert "my-sig-1" in redact_request(Request("GET", "http://h/p?sig=my-sig-1")).url
+
+
+def test_a_default_secret_name_can_be_taken_out():
+    request = Request("GET", "http://h/p?token=ETH-token-1&api_key=qk-kept-out", (("X-Api-Key", "xk-header-1"),))
+    assert "ETH-token-1" not in redact_request(request).url  # "token" is secret by default
+    rules = KeyRules.build(not_secret_fields=["TOKEN"], not_secret_headers=["x-api-key"])
+    kept = redact_request(request, rules)
+    assert "token=ETH-token-1" in kept.url and "qk-kept-out" not in kept.url
+    assert ("X-Api-Key", "xk-header-1") in kept.headers
 
 
 def test_json_body_without_secrets_keeps_its_exact_bytes():

@@ -33,6 +33,11 @@ from stbproxy.models import Mode
 @click.option("--secret-field", multiple=True, metavar="NAME",
               help="Extra query/body field that is secret (redacted, never keyed). Repeatable.")
 @click.option("--secret-header", multiple=True, metavar="NAME", help="Extra secret header. Repeatable.")
+@click.option("--not-secret-field", multiple=True, metavar="NAME",
+              help="A default secret field that is an ordinary argument here (kept and keyed), e.g. token. "
+                   "Repeatable.")
+@click.option("--not-secret-header", multiple=True, metavar="NAME",
+              help="A default secret header that is kept here. Repeatable.")
 @click.option("--volatile-field", multiple=True, metavar="NAME",
               help="Query/body field left out of keys (timestamps, nonces). Repeatable.")
 @click.option("--max-body", type=ByteSize(), default="10MiB", show_default=True,
@@ -109,7 +114,8 @@ from stbproxy.models import Mode
                    "through mitmproxy, as HTTPS always is.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 @shared_option
-def serve(mode, host, port, store, passthrough, secret_field, secret_header, volatile_field, max_body,
+def serve(mode, host, port, store, passthrough, secret_field, secret_header, not_secret_field, not_secret_header,
+          volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, session, cassette,
           ordered, report, allow_empty, validity, refresh_simulated,
@@ -151,6 +157,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
         "stb_secret_fields": list(secret_field),
         "stb_secret_headers": list(secret_header),
         "stb_volatile_fields": list(volatile_field),
+        "stb_not_secret_fields": list(not_secret_field),
+        "stb_not_secret_headers": list(not_secret_header),
         "stb_max_body": max_body,
         "stb_upstream_timeout": str(upstream_timeout),
         "stb_upstream_ca": upstream_ca,
@@ -211,6 +219,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, vol
 
 # stb_ options whose flag is not simply --<name>
 _FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
+          "stb_not_secret_fields": "--not-secret-field", "stb_not_secret_headers": "--not-secret-header",
           "stb_volatile_fields": "--volatile-field", "stb_allow_hosts": "--allow-host", "stb_deny_hosts": "--deny-host"}
 
 

@@ -56,6 +56,8 @@ class StbAddon:
         loader.add_option("stb_secret_fields", Sequence[str], [], "Extra query/body field names that are secret: redacted and never part of a key.")
         loader.add_option("stb_secret_headers", Sequence[str], [], "Extra header names that are secret: redacted and never stored.")
         loader.add_option("stb_volatile_fields", Sequence[str], [], "Query/body field names left out of keys (timestamps, nonces).")
+        loader.add_option("stb_not_secret_fields", Sequence[str], [], "Default secret query/body field names that are not secret here (kept and keyed).")
+        loader.add_option("stb_not_secret_headers", Sequence[str], [], "Default secret header names that are not secret here (kept).")
         loader.add_option("stb_max_body", int, DEFAULT_MAX_BODY, "Bodies larger than this many bytes are forwarded but not stored.")
         loader.add_option("stb_upstream_timeout", str, "30", "Seconds to wait for the real API.")
         loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
@@ -311,6 +313,8 @@ def settings_from_options(opts) -> Settings:
         secret_fields=tuple(opts.stb_secret_fields),
         secret_headers=tuple(opts.stb_secret_headers),
         volatile_fields=tuple(opts.stb_volatile_fields),
+        not_secret_fields=tuple(opts.stb_not_secret_fields),
+        not_secret_headers=tuple(opts.stb_not_secret_headers),
         max_body_bytes=opts.stb_max_body,
         upstream_timeout=checked("stb_upstream_timeout", parse_timeout),
         upstream_ca=opts.stb_upstream_ca,
