@@ -2,8 +2,8 @@
 mitmproxy front end turns a Refusal into an answer).
 
 On the request head, before any body is read: answers to wrong proxy credentials are held
-back per client address (auth_throttle.py), a head over the limits is refused 431
-(limits.py), a CONNECT to a refused destination 403 (destinations.py). On the whole
+back per client address (auth_throttle.py), a head over the limits is refused 431 and one
+HTTP forbids 400 (limits.py), a CONNECT to a refused destination 403 (destinations.py). On the whole
 request: a refused destination 403, a JSON body nested too deep 422. A request to the
 proxy's own address is never forwarded: loop_message explains the 508 for one that names
 it in an unusual spelling (only a request relayed to itself does that). Each refusal
@@ -25,6 +25,7 @@ from stbproxy.settings import Settings
 class Refusal:
     status: int
     message: str
+    closes: bool = False  # the connection is closed after the answer (its framing cannot be trusted)
 
 
 def loop_message(method: str, host: str, port: int) -> str:
@@ -60,19 +61,24 @@ class Guard:
         elif not proxy_auth:
             self.throttle = None
 
-    async def check_head(self, *, method: str, host: str, port: int, fields: Iterable[tuple[bytes, bytes]],
-                         client: tuple | None, local: tuple | None, credentials: bool,
-                         auth_failed: bool) -> Refusal | None:
-        """The checks on a request head. ``credentials``: it carried proxy credentials;
-        ``auth_failed``: the proxy's authentication refused them."""
+    async def check_head(self, *, method: bytes, target: bytes, host: str, port: int,
+                         fields: Iterable[tuple[bytes, bytes]], client: tuple | None, local: tuple | None,
+                         credentials: bool, auth_failed: bool) -> Refusal | None:
+        """The checks on a request head (``method`` and ``target``: as the client sent them).
+        ``credentials``: it carried proxy credentials; ``auth_failed``: the proxy's
+        authentication refused them."""
         if self.throttle is not None and credentials and client:
             await self.throttle.hold(str(client[0]), auth_failed)
         if auth_failed:
             return None  # already answered 407
+        fields = list(fields)
         problem = self.header_limits.problem(fields)
         if problem is not None:
             return Refusal(431, f"stbproxy: {problem}")
-        if method == "CONNECT" and own_address(host, port, local) is None:
+        problem = limits.head_problem(method, target, fields)
+        if problem is not None:
+            return Refusal(400, f"stbproxy: {problem}; nothing was forwarded or stored", closes=True)
+        if method == b"CONNECT" and own_address(host, port, local) is None:
             return await self.check_destination(host)
         return None
 

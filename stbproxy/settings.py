@@ -14,7 +14,8 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.sim.faults import FaultPlan
 from stbproxy.keys import KeyRules
-from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
@@ -65,6 +66,10 @@ class Settings:
     shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
     max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
+    max_request_body: int = DEFAULT_MAX_REQUEST_BODY  # a larger request body: 413, never read
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT  # a request head slower than this: connection closed
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # no request for this long: connection closed
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # more open client connections: 503, closed
     allow_hosts: tuple[str, ...] = ()  # destination globs always allowed
     deny_hosts: tuple[str, ...] = ()  # destination globs refused (403)
 
@@ -81,6 +86,13 @@ class Settings:
             raise ConfigError("the header field limit must be at least 1", setting="max_headers")
         if self.max_header_bytes < 1024:
             raise ConfigError("the header size limit must be at least 1024 bytes", setting="max_header_bytes")
+        if self.max_request_body < 1024:
+            raise ConfigError("the request body limit must be at least 1024 bytes", setting="max_request_body")
+        for name in ("head_timeout", "idle_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"the {name.replace('_', ' ')} must be more than 0 seconds", setting=name)
+        if self.max_connections < 1:
+            raise ConfigError("the connection limit must be at least 1", setting="max_connections")
         try:
             self.fault_plan()  # a malformed spec is refused at start, naming the bad part
         except ConfigError as exc:

@@ -319,3 +319,20 @@ def test_the_pytest_plugin_keeps_the_old_cassette_when_an_export_is_partial(tmp_
         _export(store, "t", cassette)
     assert cassette.read_text() == "interactions: []\nversion: 1\n"
     assert [p.name for p in cassette.parent.iterdir()] == ["t.yaml"]  # no temporary file left behind
+
+
+def test_a_flow_files_response_header_bytes_are_kept_as_an_upstream_answers_are(tmp_path):
+    from mitmproxy import io as mitm_io
+    from mitmproxy.test import tflow
+
+    from stbproxy.mitm import read_flow_file
+
+    flow = tflow.tflow(resp=True)
+    raw_value = "caf\u00e9 ".encode() + b"\xff\xfe"  # UTF-8 text and bytes that are not
+    flow.response.headers.fields = ((b"Content-Type", b"text/plain"), (b"X-Odd", raw_value))
+    path = tmp_path / "flows.mitm"
+    with path.open("wb") as file:
+        mitm_io.FlowWriter(file).add(flow)
+    ((_, response),) = list(read_flow_file(path))
+    # Latin-1 text, one character a byte: sent again as these very bytes (flows.response_to_mitm)
+    assert response.header("X-Odd").encode("latin-1") == raw_value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import pytest
 from mitmproxy import http
@@ -194,7 +195,6 @@ HANDED_OVER = {
     "bad-header": b"GET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nNo colon here\r\n\r\n",
     "smuggling": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
     "two-lengths": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
-    "leading-blank-line": b"\r\nGET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "tls-client-hello": bytes.fromhex("160301020001000200fe03") + b"\x00" * 40,
     "http2-preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 }
@@ -233,10 +233,52 @@ def test_a_body_over_the_limit_is_handed_over_whole():
     assert handed_over(raw, addons) == [raw] and addons.fired == []
 
 
-def test_a_client_that_leaves_mid_body_is_handed_over_with_what_it_sent():
+def test_a_body_over_mitmproxys_limit_is_handed_to_it_to_refuse():
+    # serve sets body_size_limit (--max-request-body); mitmproxy answers 413 before reading the body
+    body = b"x" * 3000
+    raw = (b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: %d\r\n\r\n" % len(body)
+           + body + b"END")
+    addons = Addons()
+    assert handed_over(raw, addons, body_size_limit="2k") == [raw] and addons.fired == []
+
+
+@pytest.mark.parametrize("raw, answers", [
+    (b"\r\n\n" + GET, 1),
+    (GET + b"\r\n" + GET, 2),  # an empty line between two requests, as some old clients send after a body
+    (b"\r\n" + POST_VIRTUAL + b"\r\n\r\n" + GET, 2),
+], ids=["before-the-first", "between", "after-a-body"])
+def test_empty_lines_before_a_request_line_are_skipped(raw, answers):
+    addons = Addons()
+
+    async def scenario():
+        async with Lane(addons) as lane:
+            received, _ = await lane.exchange(raw, responses=answers)
+        return lane, received
+
+    lane, received = run(scenario())
+    assert received.count(b"HTTP/1.1 200 OK") == answers and not lane.handed
+    assert [name for name, _ in addons.fired].count("HttpRequestHook") == answers
+
+
+def test_a_client_that_leaves_mid_body_is_let_go_with_one_quiet_line(caplog):
     partial = b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 100\r\n\r\nabc"
     addons = Addons()
-    assert handed_over(partial, addons, then_eof=True) == [partial] and addons.fired == []
+
+    async def scenario():
+        async with Lane(addons) as lane:
+            reader, writer = await asyncio.open_connection("127.0.0.1", lane.port)
+            writer.write(partial)
+            writer.write_eof()
+            answer = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+        return lane, answer
+
+    with caplog.at_level(logging.INFO, logger="stbproxy"):
+        lane, answer = run(scenario())
+    assert answer == b"" and not lane.handed and addons.fired == []
+    lines = [r for r in caplog.records if r.name == "stbproxy"]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO
+    assert "left in the middle of a request body (3 of 100 bytes)" in lines[0].getMessage()
 
 
 def test_options_that_change_how_mitmproxy_reads_bodies_turn_the_lane_off():

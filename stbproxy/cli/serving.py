@@ -15,6 +15,7 @@ from stbproxy import __version__
 from stbproxy.cli.common import ByteSize, confdir_option, fail, log, resolve_confdir, store_option
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
+from stbproxy.limits import default_max_connections
 from stbproxy.models import Mode
 
 
@@ -62,6 +63,16 @@ from stbproxy.models import Mode
               help="Requests with more header fields are answered 431.")
 @click.option("--max-header-bytes", type=ByteSize(), default="64KiB", show_default=True,
               help="Requests whose header fields take more bytes are answered 431.")
+@click.option("--max-request-body", type=ByteSize(), default="32MiB", show_default=True,
+              help="Requests with a larger body are answered 413 before the body is read.")
+@click.option("--head-timeout", type=click.FloatRange(0, 3600, min_open=True), default=30, show_default=True,
+              metavar="SECONDS", help="A request's line and header fields must arrive within this time of its "
+                                      "first byte; a slower connection is closed.")
+@click.option("--idle-timeout", type=click.FloatRange(0, 3600, min_open=True), default=120, show_default=True,
+              metavar="SECONDS", help="A connection waiting this long for its next request is closed.")
+@click.option("--max-connections", type=click.IntRange(1), default=None, metavar="N",
+              help="Most open client connections per process; more are answered 503 and closed "
+                   "[default: 4096, less where the open-file limit is lower].")
 @click.option("--session", default=None, metavar="NAME",
               help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
                    "or an X-Stb-Session header) [default: one per run, serve-<time>].")
@@ -117,7 +128,8 @@ from stbproxy.models import Mode
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, not_secret_field, not_secret_header,
           volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
-          deny_host, max_headers, max_header_bytes, session, cassette,
+          deny_host, max_headers, max_header_bytes, max_request_body, head_timeout, idle_timeout,
+          max_connections, session, cassette,
           ordered, report, allow_empty, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, workers, fast_lane, verbose, shared):
@@ -186,6 +198,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_deny_hosts": list(deny_host),
         "stb_max_headers": max_headers,
         "stb_max_header_bytes": max_header_bytes,
+        "stb_max_request_body": max_request_body,
+        "stb_head_timeout": str(head_timeout),
+        "stb_idle_timeout": str(idle_timeout),
+        "stb_max_connections": max_connections or default_max_connections(),
     }
 
     def ready(bound_host: str, bound_port: int, runtime) -> None:

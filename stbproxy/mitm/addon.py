@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
 from pathlib import Path
 from typing import Callable, Optional
@@ -17,7 +18,9 @@ from stbproxy.engine import DEFAULT_MAX_BODY
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.destinations import own_address
 from stbproxy.guard import Guard, loop_message
-from stbproxy.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS
+from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
+from stbproxy.mitm.connections import ConnectionWatch, Watched
 from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
 from stbproxy.models import Request, Source
 from stbproxy.redact import failure_text
@@ -48,6 +51,7 @@ class StbAddon:
         self.guard = Guard()  # per-request limits, destinations, the proxy's own address
         self.close_error: StbError | None = None  # why the store could not be closed cleanly
         self.prebuilt = Prebuilt()
+        self.connections: ConnectionWatch | None = None  # serve's watch over client connections
 
     def load(self, loader) -> None:
         loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
@@ -83,6 +87,10 @@ class StbAddon:
         loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
         loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
         loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
+        loader.add_option("stb_max_request_body", int, DEFAULT_MAX_REQUEST_BODY, "Requests with a larger body (bytes) are answered 413 before it is read (stbproxy serve; under mitmdump set body_size_limit).")
+        loader.add_option("stb_head_timeout", str, str(DEFAULT_HEAD_TIMEOUT), "Seconds from a request's first byte to the end of its head; slower connections are closed (stbproxy serve).")
+        loader.add_option("stb_idle_timeout", str, str(DEFAULT_IDLE_TIMEOUT), "Seconds a connection may wait for its next request before it is closed (stbproxy serve).")
+        loader.add_option("stb_max_connections", int, DEFAULT_MAX_CONNECTIONS, "Most open client connections per process; more are answered 503 and closed (stbproxy serve).")
         loader.add_option("stb_allow_hosts", Sequence[str], [], "Destination host globs always allowed (they win over stb_deny_hosts and the private-address rule).")
         loader.add_option("stb_deny_hosts", Sequence[str], [], "Destination host globs refused with 403.")
 
@@ -117,7 +125,27 @@ class StbAddon:
             log.info("stbproxy: mode %s, store %s", self.settings.mode.value, self.settings.store)
         return self.runtime
 
+    # -- what mitmproxy's layers are doing with a connection, for the watch (connections.py) --
+
+    def watched(self, client) -> Watched | None:
+        return None if self.connections is None else self.connections.of(client.peername)
+
+    def tls_established_client(self, data) -> None:
+        watched = self.watched(data.context.client)
+        if watched is not None:
+            watched.between_requests()
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        watched = self.watched(flow.client_conn)
+        if watched is not None:
+            watched.failed(time.monotonic())
+
+    # -- requests --------------------------------------------------------------------------
+
     async def http_connect(self, flow: http.HTTPFlow) -> None:
+        watched = self.watched(flow.client_conn)
+        if watched is not None:
+            watched.answered(time.monotonic())  # a CONNECT has no body, and its answer is at once
         await self.check_head(flow)
         if flow.response is not None:
             return
@@ -127,6 +155,9 @@ class StbAddon:
             self._tunnel_sessions[flow.client_conn.id] = name
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        watched = self.watched(flow.client_conn)
+        if watched is not None:
+            watched.head_done()
         await self.check_head(flow)
 
     async def check_head(self, flow: http.HTTPFlow) -> None:
@@ -136,11 +167,14 @@ class StbAddon:
         # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
         wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers
         refusal = await self.guard.check_head(
-            method=request.method, host=request.host, port=request.port, fields=request.headers.fields,
+            method=request.data.method, target=request.data.path, host=request.host, port=request.port,
+            fields=request.headers.fields,
             client=flow.client_conn.peername, local=flow.client_conn.sockname,
             credentials=wrong or "proxyauth" in flow.metadata, auth_failed=wrong)
         if refusal is not None and flow.response is None:
             flow.response = error_response(refusal.status, refusal.message)
+            if refusal.closes:
+                flow.response.headers["Connection"] = "close"
 
     def client_disconnected(self, client) -> None:
         self._tunnel_sessions.pop(client.id, None)
@@ -159,6 +193,9 @@ class StbAddon:
         return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session, headers
 
     async def request(self, flow: http.HTTPFlow) -> None:
+        watched = self.watched(flow.client_conn)
+        if watched is not None:
+            watched.body_done()
         if flow.response is not None or flow.error is not None:
             return  # another addon answered, or the flow is dead
         if addressed_to_proxy(flow):
@@ -189,6 +226,9 @@ class StbAddon:
         flow.metadata["stb_key"] = answer.key
 
     def response(self, flow: http.HTTPFlow) -> None:
+        watched = self.watched(flow.client_conn)
+        if watched is not None:
+            watched.answered(time.monotonic())
         # An answer to HEAD has the headers of a GET's and no body (a stored or simulated answer
         # has one): a body would be read as the start of the next answer on the connection.
         if flow.request.method == "HEAD" and flow.response is not None and flow.response.raw_content:
@@ -343,6 +383,10 @@ def settings_from_options(opts) -> Settings:
         shared=opts.stb_shared or shared_url_from_env(),
         max_headers=opts.stb_max_headers,
         max_header_bytes=opts.stb_max_header_bytes,
+        max_request_body=opts.stb_max_request_body,
+        head_timeout=checked("stb_head_timeout", parse_timeout),
+        idle_timeout=checked("stb_idle_timeout", parse_timeout),
+        max_connections=opts.stb_max_connections,
         allow_hosts=tuple(opts.stb_allow_hosts),
         deny_hosts=tuple(opts.stb_deny_hosts),
     )

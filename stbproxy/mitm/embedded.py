@@ -18,10 +18,14 @@ from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
 from stbproxy.errors import ConfigError, StbError
+from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+    DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mitm import internals
 from stbproxy.mitm.addon import StbAddon
 from stbproxy.mitm.ca import ensure_ca
+from stbproxy.mitm.connections import ConnectionLimits, ConnectionWatch, WatchedReader
 from stbproxy.mitm.fast_lane import FastLane
+from stbproxy.mitm.flows import own_error_answers
 from stbproxy.private_files import private_umask
 from stbproxy.runtime import Runtime
 from stbproxy.settings import Settings
@@ -59,6 +63,17 @@ def usable_internals() -> bool:
         log.warning("%s", internals.changed_message(missing, "running as with --no-fast-lane"))
         return False
     return True
+
+
+def _mend_http1(max_request_body: int) -> None:
+    """mitmproxy's HTTP/1 server layer answers every request, and in stbproxy's form
+    (internals.mend_http1_server); without the names that takes, it stays as it is."""
+    missing = internals.changed(internals.HTTP1_SERVER)
+    if missing:
+        log.warning("%s", internals.changed_message(missing, "a request with a trailer, broken chunks or empty "
+                                                             "lines before it may go unanswered"))
+        return
+    internals.mend_http1_server(own_error_answers(max_request_body))
 
 
 class _CoalescingWriter:
@@ -105,13 +120,26 @@ async def _listen(self, host: str, port: int) -> list:
     what mitmproxy serves writes through _CoalescingWriter; SO_REUSEPORT when several workers
     share the port (``reuse_port``, set by serve())."""
     mitmproxy_handles = self.handle_stream
+    watch: ConnectionWatch = _listen.watch
 
     async def handed_over(reader, writer) -> None:
         await mitmproxy_handles(reader, _CoalescingWriter(writer))
 
-    accepted = handed_over
-    if _listen.fast_lane:
-        accepted = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over).serve
+    lane = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over) if _listen.fast_lane else None
+
+    async def accepted(reader, writer) -> None:
+        watched = watch.admit(writer)
+        if watched is None:
+            writer.write(internals.make_error_response(503, TOO_MANY_CONNECTIONS))
+            writer.close()
+            return
+        try:
+            if lane is not None:
+                await lane.serve(reader, writer, watched)
+            else:
+                await handed_over(WatchedReader(reader, watched), writer)
+        finally:
+            watch.leave(watched)
     if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
         self.handle_stream = accepted
         return await internals.MITMPROXY_LISTEN(self, host, port)
@@ -120,6 +148,9 @@ async def _listen(self, host: str, port: int) -> list:
 
 _listen.reuse_port = False
 _listen.fast_lane = True
+_listen.watch = ConnectionWatch(ConnectionLimits(DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS))
+TOO_MANY_CONNECTIONS = ("stbproxy: too many client connections are open (--max-connections); this one was closed "
+                        "at once: retry later, or reuse connections")
 
 
 class _Startup:
@@ -227,6 +258,7 @@ async def serve(
     opts = options.Options()
     if lean:
         internals.skip_message_checks()
+    _mend_http1(stb_options.get("stb_max_request_body", DEFAULT_MAX_REQUEST_BODY))
     hooks = hooks or ServeHooks()
     internals.replace_listen(_listen)
     _listen.reuse_port = hooks.reuse_port
@@ -260,18 +292,26 @@ async def serve(
             confdir=str(confdir),
             # lazy: do not connect upstream before answering, so replay works offline
             connection_strategy="lazy",
+            # a larger request body is answered 413 before it is read (the fast lane hands it here)
+            body_size_limit=str(stb_options.get("stb_max_request_body", DEFAULT_MAX_REQUEST_BODY)),
             **extra,
             **stb_options,
         )
     except exceptions.OptionsError as exc:
         raise ConfigError(str(exc)) from exc
     stb.open_runtime()  # StbError: a locked store, a bad catalog or cassette, ... before listening
+    settings = stb.settings
+    watch = ConnectionWatch(ConnectionLimits(settings.head_timeout, settings.idle_timeout,
+                                             settings.max_connections))
+    _listen.watch = stb.connections = watch
+    watching = loop.create_task(watch.run())
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
     startup.watch()
     try:
         await master.run()
     finally:
+        watching.cancel()
         startup.unwatch()
         if stopping:
             await stopping[0]

@@ -23,8 +23,10 @@ import time
 from typing import Awaitable, Callable
 
 from mitmproxy import connection, flow as mitm_flow, http
+from mitmproxy.utils import human
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook, HttpResponseHook
 
+from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import make_error_response
 
 from stbproxy.mitm.plain_http import MAX_BODY, MAX_HEAD, METHOD_START, Replayed, closes, connect_request, head_end, \
@@ -34,6 +36,7 @@ from stbproxy.mitm.tunnel_lane import Tunnel
 log = logging.getLogger("stbproxy")
 
 READ_SIZE = 65536
+EMPTY_LINE_START = (b"\r", b"\n")
 __all__ = ["FastLane", "MAX_BODY"]
 
 HandOver = Callable[[Replayed, asyncio.StreamWriter], Awaitable[None]]
@@ -49,8 +52,14 @@ class FastLane:
         self.hand_over = hand_over
 
     def enabled(self) -> bool:
-        """Options that change how mitmproxy reads a request body send everything its way."""
-        return self.options.body_size_limit is None and self.options.stream_large_bodies is None
+        """Streaming bodies changes how mitmproxy reads them: everything then goes its way.
+        (Its body size limit does not: larger bodies are handed to it, and it refuses them.)"""
+        return self.options.stream_large_bodies is None
+
+    def max_body(self) -> int:
+        """The largest body the lane reads itself; larger ones are mitmproxy's to read or refuse."""
+        limit = human.parse_size(self.options.body_size_limit)
+        return MAX_BODY if limit is None else min(MAX_BODY, limit)
 
     def tunnels_enabled(self) -> bool:
         """Options under which mitmproxy would connect upstream or pass a tunnel through
@@ -59,25 +68,38 @@ class FastLane:
         return (options.connection_strategy == "lazy" and not options.ignore_hosts and not options.allow_hosts
                 and not options.tcp_hosts and not options.add_upstream_certs_to_client_chain)
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    watched: Watched | None = None) -> None:
+        """Serve one client connection; ``watched`` hears what it is doing (connections.py)."""
+        if watched is None:  # a lane on its own: a record no watch reads
+            watched = Watched(writer, writer.get_extra_info("peername"), time.monotonic())
         buffer = b""
         client = None
         # mitmproxy copies an option's value on every read: read once per connection
-        enabled, tunnels = self.enabled(), self.tunnels_enabled()
+        enabled, tunnels, max_body = self.enabled(), self.tunnels_enabled(), self.max_body()
         validate_headers = self.options.validate_inbound_headers
+        watched.by_lane = True
+
+        async def hand_over(output=writer) -> None:
+            watched.by_lane = False
+            await self.hand_over(Replayed(buffer, WatchedReader(reader, watched)), output)
+
         try:
             while True:
+                if buffer[:1] in EMPTY_LINE_START:
+                    buffer = buffer.lstrip(b"\r\n")  # empty lines before a request line are ignored (RFC 9112)
                 end = head_end(buffer)
                 while end is None:
                     if len(buffer) > MAX_HEAD or (buffer and buffer[0] not in METHOD_START) or not enabled:
-                        return await self.hand_over(Replayed(buffer, reader), writer)  # TLS, odd input, options
+                        return await hand_over()  # TLS, odd input, options
                     data = await reader.read(READ_SIZE)
                     if not data:
                         if buffer:  # a head cut short: mitmproxy says so in its log, as usual
-                            return await self.hand_over(Replayed(buffer, reader), writer)
+                            return await hand_over()
                         writer.close()
                         return
-                    buffer += data
+                    watched.read(time.monotonic())
+                    buffer = buffer + data if buffer else data.lstrip(b"\r\n")
                     end = head_end(buffer)
                 if client is None:
                     client = connection.Client(
@@ -87,8 +109,8 @@ class FastLane:
                 if tunnels and buffer.startswith(b"CONNECT "):
                     connect = connect_request(buffer[:end], validate_headers)
                     if connect is None:
-                        return await self.hand_over(Replayed(buffer, reader), writer)
-                    tunnel = Tunnel(self, client, reader, writer, validate_headers)
+                        return await hand_over()
+                    tunnel = Tunnel(self, client, reader, writer, validate_headers, watched, max_body)
                     refused = await tunnel.run(connect, buffer[:end], buffer[end:])
                     if refused is None:
                         return  # the tunnel has been served to its end
@@ -98,17 +120,25 @@ class FastLane:
                     buffer = buffer[end:]  # a refused CONNECT (407, 403): the connection goes on
                     await writer.drain()
                     continue
-                plain = plain_request(buffer[:end], validate_headers)
+                plain = plain_request(buffer[:end], validate_headers, max_body=max_body)
                 if plain is None:
-                    return await self.hand_over(Replayed(buffer, reader), writer)
+                    return await hand_over()
                 request, size, request_closes = plain
+                watched.head_done()
                 while len(buffer) < end + size:
                     data = await reader.read(READ_SIZE)
-                    if not data:  # the client left mid-body
-                        return await self.hand_over(Replayed(buffer, reader), writer)
+                    if not data:
+                        log.info("stbproxy: %s left in the middle of a request body (%d of %d bytes); nothing was "
+                                 "forwarded or stored", human.format_address(client.peername), len(buffer) - end,
+                                 size)
+                        writer.close()
+                        return
+                    watched.read(time.monotonic())
                     buffer += data
                 body, buffer = buffer[end:end + size], buffer[end + size:]
+                watched.body_done()
                 keep_open = await self.answer(request, body, client, server, writer)
+                watched.answered(time.monotonic())
                 if not keep_open or request_closes:
                     writer.close()
                     return

@@ -12,6 +12,7 @@ from http import HTTPStatus
 from typing import Callable
 
 from mitmproxy import exceptions, http
+from mitmproxy.net.http import http1
 
 from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.models import Request, Response
@@ -73,6 +74,23 @@ def error_response(status: int, message: str) -> http.Response:
     return json_response(status, {"error": message, "response": ""}, "error")
 
 
+def own_error_answers(max_request_body: int) -> Callable[[int, str], bytes]:
+    """The answers mitmproxy's HTTP/1 layer gives on its own (a malformed request, a body
+    over the limit), written as stbproxy's errors: labelled, in JSON, and naming the option
+    where a limit was met. The connection is closed after them, as mitmproxy does."""
+    too_large = (f"stbproxy: the request body is larger than the limit of {max_request_body} bytes "
+                 "(--max-request-body); it was not read, forwarded or stored")
+
+    def answer(status: int, message: str = "") -> bytes:
+        if status == 413:
+            message = too_large
+        response = error_response(status, message if message.startswith("stbproxy") else f"stbproxy: {message}")
+        response.headers["Connection"] = "close"
+        return http1.assemble_response(response)
+
+    return answer
+
+
 class Prebuilt:
     """The parts of recent hits' responses (status line, header fields, body), built once by
     the usual construction and reused while the engine answers with the same object: a hit
@@ -116,7 +134,8 @@ def read_flow_file(path: str | os.PathLike):
                 if answer is None:
                     yield request, None
                     continue
-                headers = tuple(answer.headers.items(multi=True))
+                # as upstream.py keeps a real answer's header fields: their bytes, as Latin-1 text
+                headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers.fields)
                 body = answer.get_content(strict=False) or b""
                 if answer.headers.get("content-encoding") and body != (answer.raw_content or b""):
                     headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")

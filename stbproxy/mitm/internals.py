@@ -19,10 +19,17 @@ fast lanes (fast_lane.py, plain_http.py, tunnel_lane.py):
   layers.tls.TLSLayer.tls, .event_to_child   the client's TLS connection, and events below it
 listening (always needed; mitmproxy's listen is replaced):
   mode_servers.RegularInstance.listen, mode_servers.ServerInstance.handle_stream
+the HTTP/1 server layer (both lanes hand chunked and odd requests to it):
+  layers.http._http1.Http1Server.read_headers, .read_body, .buf, .body_reader
+                                             empty lines before a request skipped, a
+                                             trailer dropped, broken framing answered 400
+  layers.http._http1.make_error_response     mitmproxy's own error answers, labelled as the
+                                             proxy's (X-Stb-Source: error)
 
 When a lean-master or fast-lane name is missing (another mitmproxy version), ``serve``
 runs as with ``--no-fast-lane`` on mitmproxy's own master, with one warning; a missing
-listening name stops it with one line.
+listening name stops it with one line; a missing HTTP/1 server name leaves mitmproxy's own
+reading of requests in place, with one warning.
 """
 
 from __future__ import annotations
@@ -32,11 +39,11 @@ import importlib
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mitmproxy import addonmanager, exceptions, flow as mitm_flow, hooks, http, options
 from mitmproxy.master import Master
-from mitmproxy.proxy import events, layer
+from mitmproxy.proxy import commands, events, layer
 from mitmproxy.proxy.mode_servers import RegularInstance
 from mitmproxy.version import VERSION
 
@@ -90,7 +97,15 @@ LISTENING = (
     Internal("mitmproxy.proxy.mode_servers", "RegularInstance", "listen"),
     Internal("mitmproxy.proxy.mode_servers", "ServerInstance", "handle_stream"),
 )
-EVERY = LEAN_MASTER + FAST_LANE + LISTENING
+HTTP1_SERVER = (
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "read_headers"),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "read_body"),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Connection", "buf", per_instance=True),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "mark_done"),
+    Internal("mitmproxy.proxy.layers.http._http1", None, "make_body_reader"),
+    Internal("mitmproxy.proxy.layers.http._http1", None, "make_error_response"),
+)
+EVERY = LEAN_MASTER + FAST_LANE + LISTENING + HTTP1_SERVER
 
 
 def changed(internals: tuple[Internal, ...] = EVERY) -> list[Internal]:
@@ -234,3 +249,74 @@ class StandIn(layer.Layer):
             self.buffer += event.data
 
     _handle_event = handle_event
+
+
+# -- mitmproxy's HTTP/1 server layer, mended --------------------------------------------------
+
+
+def mend_http1_server(error_response: Callable[[int, str], bytes]) -> None:
+    """Three answers mitmproxy 11's HTTP/1 server layer does not give, and its error answers
+    in stbproxy's form (``error_response(status, message)``: the bytes of a whole answer):
+
+    - empty lines before a request line are skipped (RFC 9112 2.2); mitmproxy waits for
+      more bytes after them, and the client waits for an answer, forever;
+    - a chunked body's trailer section is dropped (RFC 9110 6.5.1 allows it); mitmproxy
+      raises, logs a crash and never answers;
+    - a body whose framing is broken (a bad chunk size, a chunk without its CRLF) is answered
+      400 before the connection closes; mitmproxy closes without a word."""
+    from mitmproxy.proxy.layers.http import _http1
+
+    reading_headers = _http1.Http1Server.read_headers
+
+    def read_headers(self, event):
+        if isinstance(event, events.DataReceived):
+            _skip_empty_lines(self.buf)
+            if not len(self.buf):
+                return  # nothing but empty lines yet
+        yield from reading_headers(self, event)
+
+    _http1.Http1Server.read_headers = read_headers
+    _http1.Http1Server.read_body = _read_request_body
+    _http1.make_error_response = error_response
+
+
+def _skip_empty_lines(buf) -> None:
+    """Drop the CR and LF bytes at the start of h11's receive buffer (it cannot be sliced)."""
+    data = bytes(buf) if len(buf) else b""
+    empty = len(data) - len(data.lstrip(b"\r\n"))
+    if empty:
+        buf.maybe_extract_at_most(empty)
+
+
+def _read_request_body(self, event: events.Event):
+    """Http1Server.read_body: the body's parts as ReceiveHttp events, then the end of the
+    request; what mitmproxy does, but for the trailer and the answer to broken framing."""
+    import h11  # mitmproxy's HTTP/1 layer reads bodies with h11's readers
+    from mitmproxy.proxy.layers.http import _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+
+    while True:
+        try:
+            if isinstance(event, events.DataReceived):
+                part = self.body_reader(self.buf)
+            elif isinstance(event, events.ConnectionClosed):
+                part = self.body_reader.read_eof()
+            else:
+                raise AssertionError(f"unexpected event while reading a request body: {event}")
+        except h11.ProtocolError as exc:
+            message = f"stbproxy: the request body is not valid HTTP/1 ({exc}); nothing was forwarded or stored"
+            if isinstance(event, events.DataReceived) and self.response is None:
+                yield commands.SendData(self.conn, _http1.make_error_response(400, message))
+            yield commands.CloseConnection(self.conn)
+            yield ReceiveHttp(self.ReceiveProtocolError(self.stream_id, message))
+            return
+        if part is None:
+            return
+        if isinstance(part, h11.Data):
+            if part.data:
+                yield ReceiveHttp(self.ReceiveData(self.stream_id, bytes(part.data)))
+        elif isinstance(part, h11.EndOfMessage):  # its trailer fields, if any, are not kept
+            if self.request.data.method.upper() != b"CONNECT":
+                yield ReceiveHttp(self.ReceiveEndOfMessage(self.stream_id))
+            yield from self.mark_done(request=True)
+            return

@@ -54,11 +54,12 @@ def head_end(buffer: bytes) -> int | None:
     return found.end() if found is not None else None
 
 
-def plain_request(head: bytes, validate_headers: bool,
-                  destination: tuple[str, int] | None = None) -> tuple[http.Request, int, bool] | None:
+def plain_request(head: bytes, validate_headers: bool, destination: tuple[str, int] | None = None,
+                  max_body: int = MAX_BODY) -> tuple[http.Request, int, bool] | None:
     """The request mitmproxy would read from ``head``, its body's length and whether it asks
     to close the connection, when it is of the plain kind. ``destination``: the address of
-    the TLS tunnel the request came through (mitmproxy's transparent mode inside tunnels).
+    the TLS tunnel the request came through (mitmproxy's transparent mode inside tunnels);
+    ``max_body``: a longer body is mitmproxy's to read (or refuse, over its limit).
 
     mitmproxy's header lookups walk every field each time, so the checks below look at the
     lower-cased field names once, and ask mitmproxy's own functions where the answer is not
@@ -87,7 +88,7 @@ def plain_request(head: bytes, validate_headers: bool,
             size = parse_content_length(lengths[0])
         except ValueError:
             return None
-        if size > MAX_BODY:
+        if size > max_body:
             return None
     else:
         return None

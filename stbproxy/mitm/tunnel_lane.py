@@ -37,6 +37,7 @@ from mitmproxy.proxy.layers.http import HTTPMode, HttpConnectedHook, HttpConnect
 from mitmproxy.proxy.layers.tls import ClientTLSLayer
 from mitmproxy.utils import human
 
+from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import StandIn
 from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, \
     response_bytes
@@ -44,6 +45,7 @@ from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, h
 log = logging.getLogger("stbproxy")
 connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy's connection handler logs
 
+EMPTY_LINE_BYTES = frozenset(b"\r\n")
 NO_SERVER_CONNECTIONS = "stbproxy's fast lane opens no server connections (serve --no-fast-lane does)"
 
 
@@ -87,11 +89,13 @@ class Tunnel:
     """One client connection from its CONNECT on (``run``)."""
 
     def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 validate_headers: bool) -> None:
+                 validate_headers: bool, watched: Watched, max_body: int) -> None:
         self.lane = lane  # the FastLane: hooks, options, answering plain requests, handing over
         self.client = client
         self.validate_headers = validate_headers
-        self.reader = reader
+        self.watched = watched  # hears what the connection does (connections.py)
+        self.max_body = max_body
+        self.reader = WatchedReader(reader, watched)
         self.writer = writer
         self.top: layer.Layer | None = None
         self.stand_in: StandIn | None = None
@@ -149,6 +153,7 @@ class Tunnel:
             data += more
         if data and not starts_like_tls_record(data):
             self.closed = True  # plain HTTP or raw TCP in the tunnel: mitmproxy's to carry
+            self.watched.by_lane = False
             return await self.lane.hand_over(Replayed(head + data, self.reader), _WithoutReply(self.writer, reply))
         self.top = layer.NextLayer(context)
         await self.feed(events.Start())
@@ -163,6 +168,8 @@ class Tunnel:
                 await self.feed(events.DataReceived(self.client, data))
             if self.stand_in is not None and not self.stand_in.delegated and not self.closed:
                 await self.answer_plain()
+                if not self.stand_in.buffer:
+                    self.watched.between_requests()  # what was read finished a request, or the handshake
             if self.closed:
                 break
             data = await self.reader.read(65536)
@@ -212,12 +219,15 @@ class Tunnel:
         buffer = self.stand_in.buffer
         server = self.top.context.server
         while buffer:
+            if buffer[0] in EMPTY_LINE_BYTES:  # empty lines before a request line are ignored (RFC 9112)
+                del buffer[:len(buffer) - len(buffer.lstrip(b"\r\n"))]
+                continue
             end = head_end(buffer)
             if end is None:
                 if len(buffer) > MAX_HEAD or buffer[0] not in METHOD_START:
                     await self.delegate()
                 return
-            plain = plain_request(bytes(buffer[:end]), self.validate_headers, server.address)
+            plain = plain_request(bytes(buffer[:end]), self.validate_headers, server.address, self.max_body)
             if plain is None:
                 return await self.delegate()
             request, size, request_closes = plain
@@ -225,7 +235,10 @@ class Tunnel:
                 return
             body = bytes(buffer[end:end + size])
             del buffer[:end + size]
+            self.watched.head_done()
+            self.watched.body_done()
             keep_open = await lane.answer(request, body, self.client, server, _Encrypting(self))
+            self.watched.answered(time.monotonic())
             if not keep_open or request_closes:
                 self.closed = True
                 return
@@ -236,6 +249,7 @@ class Tunnel:
         data = bytes(self.stand_in.buffer)
         self.stand_in.buffer.clear()
         self.stand_in.delegated = True
+        self.watched.by_lane = False  # mitmproxy's hooks report for it from now on
         # the events go in below the client TLS layer, whose commands encrypt what goes out
         client_tls = self._client_tls
         await self.run_commands(client_tls.event_to_child(events.Start()))
