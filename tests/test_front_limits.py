@@ -230,3 +230,37 @@ def test_client_mistakes_are_400_from_the_proxy_and_tolerable_oddities_are_answe
     assert not forwarded_mistakes
     log = "".join(proxy.output)
     assert "Traceback" not in log and "has crashed" not in log and "internal error" not in log, log[-3000:]
+
+
+def tunnel(proxy, host: str, port: int):
+    """A TLS connection to host:port through the proxy's CONNECT, trusting the proxy's CA."""
+    import ssl
+
+    raw = socket.create_connection(("127.0.0.1", proxy.port))
+    raw.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port, host.encode(), port))
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += raw.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    context = ssl.create_default_context(cafile=str(proxy.ca_file))
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lane", sorted(LANES))
+def test_inside_https_tunnels_the_body_limit_and_the_idle_timeout_hold(tmp_path, tls_upstream, test_ca, lane):
+    args = ("--mode", "record", "--upstream-ca", str(test_ca.ca_file), "--max-request-body", "64KiB",
+            "--idle-timeout", "1", *LANES[lane])
+    with ProxyProcess(tmp_path / "store", *args) as proxy:
+        with tunnel(proxy, "127.0.0.1", tls_upstream.port) as sock:
+            sock.sendall(b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 209715200\r\n\r\n")
+            refused = answer_of(sock)
+        idle = tunnel(proxy, "127.0.0.1", tls_upstream.port)
+        idle.sendall(b"GET /echo?tls=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        served = answer_of(idle)
+        idle_closed = closed_by_proxy(idle, 4)
+        idle.close()
+    assert refused.startswith(b"HTTP/1.1 413 ") and b"--max-request-body" in refused, refused[:300]
+    assert served.startswith(b"HTTP/1.1 200 ") and b"X-Stb-Source: upstream" in served, served[:300]
+    assert idle_closed
+    assert tls_upstream.hits["/upload"] == 0
