@@ -292,6 +292,9 @@ async def serve(
             confdir=str(confdir),
             # lazy: do not connect upstream before answering, so replay works offline
             connection_strategy="lazy",
+            # what a tunnel carries is HTTP, whatever its first bytes look like: a request that
+            # breaks HTTP's rules gets its 400, never a blind TCP relay to the server
+            rawtcp=False,
             # a larger request body is answered 413 before it is read (the fast lane hands it here)
             body_size_limit=str(stb_options.get("stb_max_request_body", DEFAULT_MAX_REQUEST_BODY)),
             **extra,
