@@ -95,7 +95,7 @@ class Tunnel:
         self.validate_headers = validate_headers
         self.watched = watched  # hears what the connection does (connections.py)
         self.max_body = max_body
-        self.reader = WatchedReader(reader, watched)
+        self.reader = reader  # what it reads is reported to ``watched`` in the loop (a wrapper costs a coroutine a read)
         self.writer = writer
         self.top: layer.Layer | None = None
         self.stand_in: StandIn | None = None
@@ -150,11 +150,13 @@ class Tunnel:
             more = await self.reader.read(65536)
             if not more:
                 break
+            self.watched.read(time.monotonic())
             data += more
         if data and not starts_like_tls_record(data):
             self.closed = True  # plain HTTP or raw TCP in the tunnel: mitmproxy's to carry
             self.watched.by_lane = False
-            return await self.lane.hand_over(Replayed(head + data, self.reader), _WithoutReply(self.writer, reply))
+            return await self.lane.hand_over(Replayed(head + data, WatchedReader(self.reader, self.watched)),
+                                             _WithoutReply(self.writer, reply))
         self.top = layer.NextLayer(context)
         await self.feed(events.Start())
         while not self.closed:
@@ -176,6 +178,7 @@ class Tunnel:
             if not data:
                 await self.client_left()
                 break
+            self.watched.read(time.monotonic())
         self.writer.close()
 
     # -- the lane's own requests ----------------------------------------------------------
