@@ -35,9 +35,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Mapping, Protocol
 
-from stbproxy import jsonsafe, keys, validity
-from stbproxy.bodies import api_body_response, error_object_response
-from stbproxy.catalog import Catalog
+from stbproxy import jsonsafe, keys
+
+from stbproxy.stb import validity
+from stbproxy.stb.bodies import api_body_response, error_object_response
+from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
@@ -84,7 +86,7 @@ class EngineConfig:
     passthrough: tuple[str, ...] = ()  # host globs, e.g. "api.openai.com", "*.openai.azure.com"
     rules: KeyRules = DEFAULT_RULES
     max_body_bytes: int = DEFAULT_MAX_BODY
-    validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (validity.py)
+    validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (stb/validity.py)
     refresh_simulated: bool = False  # virtual mode: try the real API again for stored simulated answers
     refresh_interval: float = REFRESH_INTERVAL
 

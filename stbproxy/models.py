@@ -88,7 +88,7 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class ApiRef:
-    """A RapidAPI-style API named by standardized keys (see catalog.py)."""
+    """A RapidAPI-style API named by standardized keys (see stb/catalog.py)."""
 
     category: str
     tool: str

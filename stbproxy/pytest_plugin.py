@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from stbproxy.cassette_store import describe_miss
+from stbproxy.cassettes.store import describe_miss
 from stbproxy.serve_process import ServeProcess
 from stbproxy.sessions import safe_session_name
 
@@ -130,7 +130,7 @@ def _cassette_for(request) -> tuple[str, Path]:
 @pytest.fixture
 def stb_replay(request):
     """The test's cassette played in-process through requests-mock (no proxy process)."""
-    from stbproxy.inprocess import replay
+    from stbproxy.cassettes.inprocess import replay
 
     _name, cassette = _cassette_for(request)
     if not cassette.exists():

@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from stbproxy import jsonsafe, keys
-from stbproxy.catalog import ApiDoc, Catalog
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from stbproxy.sim import simulators as simulator
-from stbproxy.cassette_store import CassetteStore, describe_miss
-from stbproxy.catalog import Catalog
+from stbproxy.cassettes.store import CassetteStore, describe_miss
+from stbproxy.stb.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
 from stbproxy.models import Mode
-from stbproxy.reader_engine import ReaderEngine, ReaderStore
+from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.store.shared import SharedBulk, SharedTier, check_at_start
@@ -22,8 +22,8 @@ from stbproxy.sim.simulation import NoSimulator
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
-from stbproxy.virtual_api import VirtualApi
-from stbproxy.worker_link import LinkClient
+from stbproxy.stb.virtual_api import VirtualApi
+from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
@@ -68,7 +68,7 @@ class Runtime:
     """Owns what must be closed when the proxy stops: the store and the upstream client."""
 
     def __init__(self, settings: Settings, *, link: LinkClient | None = None) -> None:
-        """``link``: this is a reader worker of ``serve --workers`` (reader_engine.py), which
+        """``link``: this is a reader worker of ``serve --workers`` (workers/reader_engine.py), which
         reads the store as a RocksDB secondary and leaves writes and misses to the primary."""
         self.settings = settings
         if link is not None:

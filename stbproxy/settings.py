@@ -14,14 +14,14 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.sim.faults import FaultPlan
 from stbproxy.keys import KeyRules
-from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
 from stbproxy.store.shared import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
-from stbproxy.validity import AUTO, CHOICES
+from stbproxy.stb.validity import AUTO, CHOICES
 
 SIMULATORS = ("auto", "llm", "schema", "off")
 CATALOG_NAME = "catalog.json"

@@ -36,7 +36,7 @@ import httpx
 import openai
 import requests
 
-from stbproxy.catalog import api_key_name, function_name, standardize
+from stbproxy.stb.catalog import api_key_name, function_name, standardize
 from stbproxy.serve_process import ServeProcess
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, ToolCall
 

@@ -9,11 +9,11 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from stbproxy.cache_placement import check
-from stbproxy.catalog import ApiDoc, Catalog
+from stbproxy.stb.cache_placement import check
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.engine import Engine
 from stbproxy.models import ApiRef
-from stbproxy.virtual_api import VirtualApi, VirtualRequest
+from stbproxy.stb.virtual_api import VirtualApi, VirtualRequest
 from tests.stb_samples import is_sample
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"

@@ -1,4 +1,4 @@
-"""cassettes.py: exchanges <-> vcrpy cassettes, and what bad cassettes get."""
+"""cassettes/vcr_format.py: exchanges <-> vcrpy cassettes, and what bad cassettes get."""
 
 import gzip
 import json
@@ -11,8 +11,8 @@ from vcr.cassette import Cassette
 from vcr.serialize import deserialize as vcr_deserialize
 from vcr.serializers import jsonserializer, yamlserializer
 
-from stbproxy import cassettes
-from stbproxy.catalog import Catalog
+from stbproxy.cassettes import vcr_format as cassettes
+from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, api_key, request_key
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from stbproxy.catalog import (
+from stbproxy.stb.catalog import (
     ApiDoc,
     Catalog,
     Param,
@@ -517,7 +517,7 @@ def test_routing_is_fast_enough_for_the_request_path(tmp_path, stb_data):
 
 @pytest.mark.parametrize("module", ["catalog.py", "validity.py"])
 def test_pure_modules_import_only_stdlib_models_and_errors(module):
-    source = (REPO_ROOT / "stbproxy" / module).read_text(encoding="utf-8")
+    source = (REPO_ROOT / "stbproxy" / "stb" / module).read_text(encoding="utf-8")
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):

@@ -5,8 +5,8 @@ import ipaddress
 
 import pytest
 
-from stbproxy.auth_throttle import AuthThrottle
-from stbproxy.destinations import DestinationRules, own_address, parse_ip
+from stbproxy.front.auth_throttle import AuthThrottle
+from stbproxy.front.destinations import DestinationRules, own_address, parse_ip
 
 LISTENING = ("127.0.0.1", 8080)
 

@@ -284,7 +284,7 @@ def test_scoped_fault_spares_other_hosts(store, upstream):
 
 
 # -- validity by kind of traffic ------------------------------------------------------------------
-from stbproxy.catalog import ApiDoc, Catalog, Param  # noqa: E402
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param  # noqa: E402
 
 
 def echo_catalog(base: str) -> Catalog:

@@ -8,12 +8,12 @@ import json
 import logging
 import os
 
-from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
-from stbproxy.virtual_api import VirtualApi
+from stbproxy.stb.virtual_api import VirtualApi
 
 SECRET = "qk-query-secret-20251"
 TOOLBENCH_KEY = "tbk-echoed-back-99412"

@@ -15,9 +15,9 @@ import requests
 import vcr
 from vcr.serializers import jsonserializer, yamlserializer
 
-from stbproxy import cassettes
+from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.errors import StbError
-from stbproxy.inprocess import replay
+from stbproxy.cassettes.inprocess import replay
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.sessions import SessionRecord
 from stbproxy.store.embedded import Store

@@ -341,7 +341,7 @@ def test_no_answer_kinds_become_upstream_errors(spec, error_kind):
 @pytest.mark.parametrize("code", ALLOWED_STATUSES)
 @pytest.mark.parametrize("policy", ["stb", "strict"])
 def test_injected_status_answers_are_judged_failures(code, policy):
-    from stbproxy.validity import judge
+    from stbproxy.stb.validity import judge
 
     response = FaultPlan.from_specs(f"status={code}").decide("h", "t", "a", "k").make_response()
     assert response is not None

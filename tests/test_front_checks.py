@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stbproxy.limits import default_max_connections, head_problem
+from stbproxy.front.limits import default_max_connections, head_problem
 from stbproxy.mitm.connections import ConnectionLimits, ConnectionWatch
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from stbproxy.inprocess import ReplayMismatch, replay
+from stbproxy.cassettes.inprocess import ReplayMismatch, replay
 from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess
 from tests.test_integration_proxy import agent

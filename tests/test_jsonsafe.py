@@ -6,10 +6,10 @@ import pytest
 
 from stbproxy import jsonsafe
 from stbproxy.keys import canonical_body
-from stbproxy.limits import HeaderLimits, body_problem
+from stbproxy.front.limits import HeaderLimits, body_problem
 from stbproxy.redact import redact_request, secret_values
 from stbproxy.models import Request
-from stbproxy.virtual_api import parse
+from stbproxy.stb.virtual_api import parse
 
 
 def nested(depth: int, inner: str = "1") -> str:

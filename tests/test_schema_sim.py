@@ -11,7 +11,7 @@ from stbproxy.sim.schema import (
     simulate_from_template,
     virtual_answer,
 )
-from stbproxy.validity import check_result
+from stbproxy.stb.validity import check_result
 from tests.stb_samples import is_sample
 
 G1 = Path("solvable_queries") / "test_instruction" / "G1_instruction.json"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from stbproxy.catalog import ApiDoc, Catalog
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
 from stbproxy.store.shared import SharedBulk, parse_shared_url

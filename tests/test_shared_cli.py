@@ -9,8 +9,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from stbproxy.cassettes import write_cassette
-from stbproxy.catalog import api_key_name, category_key, tool_key
+from stbproxy.cassettes.vcr_format import write_cassette
+from stbproxy.stb.catalog import api_key_name, category_key, tool_key
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.cli import main

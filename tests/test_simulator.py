@@ -13,7 +13,7 @@ import time
 import pytest
 
 from stbproxy import keys, routing
-from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source

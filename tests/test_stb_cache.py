@@ -5,7 +5,7 @@ import pytest
 from stbproxy import keys
 from stbproxy.errors import InputError
 from stbproxy.models import ApiRef, Source
-from stbproxy.stb_cache import ImportSummary, cache_files, parse_args, read_cache_file
+from stbproxy.stb.cache_import import ImportSummary, cache_files, parse_args, read_cache_file
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -92,11 +92,11 @@ def test_fast_literal_path_agrees_with_literal_eval(args):
 def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(tmp_path):
     """The cache holds the agent's standardized names (is_id, playerid); an HTTP call with
     the documented ones (id, playerId) and a /virtual call meet the imported entry."""
-    from stbproxy.catalog import ApiDoc, Catalog, Param
+    from stbproxy.stb.catalog import ApiDoc, Catalog, Param
     from stbproxy.engine import Engine
     from stbproxy.models import Request
     from stbproxy.routing import http_call
-    from stbproxy.virtual_api import VirtualApi, parse
+    from stbproxy.stb.virtual_api import VirtualApi, parse
 
     doc = ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET",
                  url="https://loop-ball.p.rapidapi.com/team/{id}",
@@ -118,8 +118,8 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
 
 
 # -- the import's records: the bytes of the Exchanges read_cache_file gives -----------------------
-from stbproxy.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
-from stbproxy.stb_cache import encode_file, encoded_files  # noqa: E402
+from stbproxy.stb.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
+from stbproxy.stb.cache_import import encode_file, encoded_files  # noqa: E402
 from stbproxy.store.embedded import encode_exchange  # noqa: E402
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"

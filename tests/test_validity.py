@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from stbproxy.errors import ConfigError, InputError
-from stbproxy.validity import (
+from stbproxy.stb.validity import (
     FailureKind,
     NOT_AVAILABLE_KINDS,
     TaxonomyRow,
@@ -291,7 +291,7 @@ def test_taxonomy_table_accepts_names_and_survives_zero():
 # --- the one-pass search for failure marks decides as the plain rule loop ---------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from stbproxy import validity  # noqa: E402
+from stbproxy.stb import validity
 
 
 def rule_loop(obj) -> tuple[bool, str]:

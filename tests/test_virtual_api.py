@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
 from stbproxy.routing import http_call
@@ -18,7 +18,7 @@ from stbproxy.keys import DEFAULT_RULES
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 from stbproxy.sessions import safe_session_name
-from stbproxy.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
+from stbproxy.stb.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
 from tests.servers import ProxyProcess
 
 TOOLBENCH_KEY = "tbk-never-store-me-31337"

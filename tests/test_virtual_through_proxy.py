@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.settings import catalog_path_for
 from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess

@@ -59,8 +59,7 @@ def http_exchanges(base: str, targets: list[str]) -> list[Exchange]:
 
 def fill_http_store(store: Path, workdir: Path, bases: list[str], targets: list[str]) -> None:
     """Import a cassette of these requests under each base URL (``stbproxy import cassette``)."""
-    from stbproxy import cassettes
-
+    from stbproxy.cassettes import vcr_format as cassettes
     cassette = workdir / "http-hits.yaml"
     cassettes.write_cassette(cassette, [ex for base in bases for ex in http_exchanges(base, targets)], "yaml")
     run_stbproxy("import", "cassette", str(cassette), "--store", str(store))

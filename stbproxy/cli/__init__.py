@@ -60,7 +60,7 @@ def main() -> None:
 def _sessions_as_answers(group: click.Group) -> None:
     """`stbproxy eval` reads a session of the store wherever it reads answers (--store)."""
     from stbeval.sources import add_resolver
-    from stbproxy.conversation_export import session_document
+    from stbproxy.cassettes.conversations import session_document
 
     chosen = {"store": Path(".stbproxy") / "store"}
 

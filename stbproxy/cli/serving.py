@@ -15,7 +15,7 @@ from stbproxy import __version__
 from stbproxy.cli.common import ByteSize, confdir_option, fail, log, resolve_confdir, store_option
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
-from stbproxy.limits import default_max_connections
+from stbproxy.front.limits import default_max_connections
 from stbproxy.models import Mode
 
 
@@ -150,7 +150,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
-    from stbproxy.workers import worker_count
+    from stbproxy.workers.pool import worker_count
 
     try:
         worker_total = worker_count(workers)
@@ -218,7 +218,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
 
     hooks = None
     if worker_total > 1:
-        from stbproxy.workers import Workers
+        from stbproxy.workers.pool import Workers
 
         hooks = Workers(worker_total, {"stb_options": stb_options, "confdir": str(confdir),
                                        "proxy_auth": proxy_auth, "verbose": verbose,

@@ -1,4 +1,4 @@
-"""``stbproxy eval stability``: the stability experiment of stbproxy/stability.py as a command.
+"""``stbproxy eval stability``: the stability experiment of stbproxy/stb/stability.py as a command.
 
 It starts proxies, so it belongs to the proxy side; cli/__init__.py attaches it to the
 evaluation package's ``eval`` group (stbeval never imports the proxy), and so it is not a
@@ -50,8 +50,8 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
     (no network, no LLM). Prints the table and three checks (all real at 0 %, falling
     without the simulator, flat with it) and writes the plot; exits 1 when a check fails.
     """
-    from stbproxy.stability import Experiment, plot, read_queries, report_lines, run_experiment, summary_line
-    from stbproxy.stability_queries import builtin_queries
+    from stbproxy.stb.stability import Experiment, plot, read_queries, report_lines, run_experiment, summary_line
+    from stbproxy.stb.stability_queries import builtin_queries
 
     try:
         if queries is None:

@@ -106,7 +106,7 @@ def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
     failures injected on purpose apart."""
     from collections import Counter
 
-    from stbproxy.validity import FailureKind, taxonomy_table
+    from stbproxy.stb.validity import FailureKind, taxonomy_table
 
     counts = Counter(counts)
     configuration: Counter = Counter()

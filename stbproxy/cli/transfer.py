@@ -45,8 +45,8 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
       stbproxy export --all 'Data/*' -o data-apis.yaml  # category/tool/api of catalog APIs
       stbproxy export --session run-42 --by-conversation --queries G1_instruction.json -o run-42/
     """
-    from stbproxy import cassettes
-    from stbproxy.cassette_store import session_exchanges
+    from stbproxy.cassettes import vcr_format as cassettes
+    from stbproxy.cassettes.store import session_exchanges
     from stbproxy.sessions import safe_session_name
 
     if (session is None) == (pattern is None):
@@ -116,7 +116,7 @@ def _origins(exchanges) -> str:
 def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skipped: list[str]) -> None:
     from stbeval.errors import EvalError
     from stbeval.sources import load_queries
-    from stbproxy.conversation_export import export_by_conversation
+    from stbproxy.cassettes.conversations import export_by_conversation
 
     try:
         index, problems = load_queries(queries)
@@ -176,7 +176,7 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
     \b
     Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
     """
-    from stbproxy import stb_cache
+    from stbproxy.stb import cache_import as stb_cache
     from stbproxy.store.embedded import Store
 
     try:
@@ -212,8 +212,9 @@ def _end_import(summary, placement, shared, stopped: bool, store: Path) -> None:
 
 def _placed_cache_files(cache_dir: Path, store: Path):
     """The cache files, which of them a request can reach, and the catalog file to key them with."""
-    from stbproxy import cache_placement, stb_cache
-    from stbproxy.catalog import Catalog
+    from stbproxy.stb import cache_placement
+    from stbproxy.stb import cache_import as stb_cache
+    from stbproxy.stb.catalog import Catalog
     from stbproxy.settings import catalog_path_for
 
     files = stb_cache.cache_files(cache_dir)
@@ -271,8 +272,7 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summar
 
     from tqdm import tqdm
 
-    from stbproxy import stb_cache
-
+    from stbproxy.stb import cache_import as stb_cache
     encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file,
                                             include_invalid=include_invalid, now=time.time(), jobs=jobs)
     with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar, \
@@ -319,7 +319,7 @@ def import_tools(sources, store, catalog, shared):
     \b
     Example: stbproxy import tools data/toolenv/tools solvable_queries/test_instruction/*.json
     """
-    from stbproxy.catalog import Catalog
+    from stbproxy.stb.catalog import Catalog
     from stbproxy.private_files import private_dir
     from stbproxy.settings import catalog_path_for
 
@@ -375,7 +375,7 @@ def import_cassette(files, store, session, shared):
     """
     import time
 
-    from stbproxy import cassettes
+    from stbproxy.cassettes import vcr_format as cassettes
     from stbproxy.runtime import load_catalog
     from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
@@ -448,8 +448,7 @@ def _interactions_of(path: Path, problems: list[str]):
     """(index, request, response, the origin it was recorded with) per usable interaction of
     a cassette or flow file, and a text per unusable one; a file that cannot be read at all
     is one problem."""
-    from stbproxy import cassettes
-
+    from stbproxy.cassettes import vcr_format as cassettes
     try:
         with open(path, "rb") as handle:
             head = handle.read(16)

@@ -16,9 +16,9 @@ from mitmproxy import ctx, exceptions, http
 
 from stbproxy.engine import DEFAULT_MAX_BODY
 from stbproxy.errors import ConfigError, StbError
-from stbproxy.destinations import own_address
-from stbproxy.guard import Guard, loop_message
-from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+from stbproxy.front.destinations import own_address
+from stbproxy.front.guard import Guard, loop_message
+from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mitm.connections import ConnectionWatch, Watched
 from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
@@ -28,7 +28,7 @@ from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
 from stbproxy.store.shared import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
-from stbproxy.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
+from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store.embedded import default_store_path
 
 log = logging.getLogger("stbproxy")
@@ -161,7 +161,7 @@ class StbAddon:
         await self.check_head(flow)
 
     async def check_head(self, flow: http.HTTPFlow) -> None:
-        """Before the body is read (guard.py): answers to wrong credentials are held back, a
+        """Before the body is read (front/guard.py): answers to wrong credentials are held back, a
         head over the limits gets 431, a CONNECT to a refused destination 403."""
         request = flow.request
         # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent

@@ -18,7 +18,7 @@ from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
 from stbproxy.errors import ConfigError, StbError
-from stbproxy.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
+from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mitm import internals
 from stbproxy.mitm.addon import StbAddon
@@ -39,7 +39,7 @@ log = logging.getLogger("stbproxy")
 
 @dataclass
 class ServeHooks:
-    """What ``serve --workers`` (workers.py) adds to one embedded proxy: how its Runtime is
+    """What ``serve --workers`` (workers/pool.py) adds to one embedded proxy: how its Runtime is
     built, what runs once it listens and before it reports ready (``listening(runtime, host,
     port, stop)``; a StbError there is a start-up failure), what must stop before the master
     does, and whether the port is shared (SO_REUSEPORT)."""

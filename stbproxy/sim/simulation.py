@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stbproxy.bodies import error_object_response
+from stbproxy.stb.bodies import error_object_response
 from stbproxy.models import ApiRef, Request, Response
 
 

@@ -33,8 +33,8 @@ import importlib.util
 import sys
 
 from stbproxy import jsonsafe, keys
-from stbproxy.bodies import api_body_response, error_object_response
-from stbproxy.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.bodies import api_body_response, error_object_response
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Request, Source

@@ -16,9 +16,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Iterable
 
-from stbproxy import limits
-from stbproxy.auth_throttle import AuthThrottle
-from stbproxy.destinations import DestinationRules, Resolver, host_name, own_address, parse_ip
+from stbproxy.front import limits
+from stbproxy.front.auth_throttle import AuthThrottle
+from stbproxy.front.destinations import DestinationRules, Resolver, host_name, own_address, parse_ip
 from stbproxy.settings import Settings
 
 @dataclass(frozen=True)

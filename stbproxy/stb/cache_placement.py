@@ -23,7 +23,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stbproxy.catalog import Catalog, api_key_name, category_key, standardize
+from stbproxy.stb.catalog import Catalog, api_key_name, category_key, standardize
 
 SUFFIX = "_for_"
 CLOSE_ENOUGH = 0.8  # difflib ratio for suggesting a catalog name that is spelt differently

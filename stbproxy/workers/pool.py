@@ -2,10 +2,10 @@
 
 The serve process is the primary: it opens the store read-write, listens on the port with
 SO_REUSEPORT, and starts N-1 reader workers (this module run as ``python -m
-stbproxy.workers``), each an embedded proxy on the same port that opens the store as a
+stbproxy.workers.pool``), each an embedded proxy on the same port that opens the store as a
 RocksDB secondary. The kernel spreads new connections over the N listening sockets.
 Readers answer hits themselves and hand everything that writes or calls out to the
-primary over a Unix socket (worker_link.py, reader_engine.py), so calling rules, sessions
+primary over a Unix socket (link.py, reader_engine.py), so calling rules, sessions
 and single-flight are those of one process. The ready line is printed once every reader
 listens. A reader that dies is started again (and logged); Ctrl-C or SIGTERM stops the
 readers first (they send their last session records), then the primary, which flushes
@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 from stbproxy import mitm
-from stbproxy.cassette_store import CassetteStore
+from stbproxy.cassettes.store import CassetteStore
 from stbproxy.errors import ConfigError
 from stbproxy.runtime import Runtime
 from stbproxy.store.tiered import TieredStore
-from stbproxy.worker_link import LinkClient, LinkServer
+from stbproxy.workers.link import LinkClient, LinkServer
 
 log = logging.getLogger("stbproxy")
 
@@ -89,7 +89,7 @@ class Workers:
 
     async def _start_reader(self, index: int) -> None:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stbproxy.workers", stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "stbproxy.workers.pool", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL, stderr=None)  # its log lines go where the primary's go
         self.processes[index] = process
         hello = self.link.expect(process.pid)
@@ -158,7 +158,7 @@ class Workers:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# -- a reader worker (python -m stbproxy.workers, started by Workers) --------------------------
+# -- a reader worker (python -m stbproxy.workers.pool, started by Workers) --------------------------
 
 
 async def run_reader(config: dict) -> None:

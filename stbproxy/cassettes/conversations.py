@@ -18,8 +18,8 @@ from stbeval.errors import InputError as EvalInputError
 from stbeval.queries import QueryIndex
 from stbeval.trajectories import name_conversations, read_traffic
 
-from stbproxy import cassettes
-from stbproxy.cassette_store import session_exchanges
+from stbproxy.cassettes import vcr_format as cassettes
+from stbproxy.cassettes.store import session_exchanges
 from stbproxy.errors import StbError
 from stbproxy.models import Exchange
 from stbproxy.sessions import safe_session_name

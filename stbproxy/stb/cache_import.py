@@ -23,9 +23,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
-from stbproxy import keys, validity
-from stbproxy.catalog import ApiDoc, Catalog
-from stbproxy.bodies import api_body_parts, api_body_response
+from stbproxy import keys
+
+from stbproxy.stb import validity
+from stbproxy.stb.catalog import ApiDoc, Catalog
+from stbproxy.stb.bodies import api_body_parts, api_body_response
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source

@@ -23,12 +23,12 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from stbproxy import jsonsafe, keys
-from stbproxy.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
+from stbproxy.stb.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbproxy.engine import Answer, Engine
 from stbproxy.models import ApiRef, Headers, Request, Source, header_value
 from stbproxy.provenance import FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
-from stbproxy.bodies import body_value
+from stbproxy.stb.bodies import body_value
 from stbproxy.routing import Call, api_request, is_rapidapi_url, stored_request, toolbench_request
 from stbproxy.sessions import safe_session_name
 

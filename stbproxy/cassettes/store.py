@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from stbproxy.cassettes import Interaction, imported_exchange, read_cassette
+from stbproxy.cassettes.vcr_format import Interaction, imported_exchange, read_cassette
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange

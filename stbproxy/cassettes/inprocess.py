@@ -1,7 +1,7 @@
 """Replay a cassette or a store session inside the calling process, through requests-mock
 (the only importer of requests_mock): no proxy process, nothing listening.
 
-    from stbproxy.inprocess import replay
+    from stbproxy.cassettes.inprocess import replay
 
     with replay("cassettes/weather_oslo.yaml") as player:
         run_my_agent()              # its `requests` calls are answered from the cassette
@@ -24,8 +24,8 @@ from typing import Iterator, Sequence
 
 import requests_mock
 
-from stbproxy.cassette_store import CassetteStore, describe_miss, session_exchanges
-from stbproxy.cassettes import Interaction
+from stbproxy.cassettes.store import CassetteStore, describe_miss, session_exchanges
+from stbproxy.cassettes.vcr_format import Interaction
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.errors import InputError, UpstreamError
 from stbproxy.keys import KeyRules

@@ -2,7 +2,7 @@
 the store, everything else from the primary worker, which owns the store's writes.
 
 A reader answers a cache hit itself, exactly as one proxy would, and sends the hit's
-session record to the primary (batched, worker_link.py). Whatever may write or call out
+session record to the primary (batched, link.py). Whatever may write or call out
 goes to the primary as the routed call (or, for passthrough hosts and record mode, the
 whole request), where the engine runs it as for its own traffic: so identical misses on
 any worker share one real call, and fault decisions, refreshes of simulated answers and
@@ -20,7 +20,7 @@ from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
 from stbproxy.routing import Call
 from stbproxy.store.embedded import OneTier, Store
-from stbproxy.worker_link import LinkClient
+from stbproxy.workers.link import LinkClient
 
 log = logging.getLogger("stbproxy")
 

@@ -1,0 +1,9 @@
+"""What a request must pass before the engine sees it, in plain terms (no mitmproxy here):
+the limits on a request's head and body and the rules HTTP sets for it (limits.py), the
+destinations a proxy may reach (destinations.py), the hold on wrong proxy passwords
+(auth_throttle.py), and the guard that applies them all in order (guard.py).
+
+limits, auth_throttle and destinations are pure and sit low (layers 2-3: they may import
+jsonsafe and keys); guard reads the settings (layer 4). The mitmproxy front end (mitm/)
+turns their refusals into answers.
+"""
