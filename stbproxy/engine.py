@@ -35,11 +35,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Mapping, Protocol
 
-from stbproxy import jsonsafe, keys
+from stbproxy import keys
 
 from stbproxy.stb import validity
-from stbproxy.stb.bodies import api_body_response, error_object_response
-from stbproxy.stb.catalog import Catalog
+from stbproxy.stb.bodies import error_object_response
 from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
@@ -47,7 +46,9 @@ from stbproxy.models import Exchange, Mode, Request, Response, Source
 from stbproxy.provenance import marked
 from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
-from stbproxy.routing import Call, http_call
+from stbproxy.traffic.llm_api import LlmApi
+from stbproxy.traffic.plain_http import PlainHttp
+from stbproxy.traffic.seam import Call, Kinds
 from stbproxy.sessions import SessionRecord
 from stbproxy.sim.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
 from stbproxy.store.write_failures import WriteFailures
@@ -66,8 +67,6 @@ WARNED_HOSTS = 1024
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
 CONFIGURATION_FAILURES = frozenset({"tls"})
-# Paths of OpenAI-compatible endpoints: their clients read errors only in OpenAI's shape.
-OPENAI_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/moderations")
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -110,7 +109,7 @@ class Engine:
         config: EngineConfig = EngineConfig(),
         *,
         simulator: Simulator | None = None,
-        catalog: Catalog | None = None,
+        kinds: Kinds | None = None,
         faults: FaultPlan = FaultPlan(),
         clock: Callable[[], float] = time.time,
         write_failures: WriteFailures | None = None,
@@ -119,7 +118,8 @@ class Engine:
         self.upstream = upstream
         self.config = config
         self.simulator = simulator or NoSimulator()
-        self.catalog = catalog
+        # The kinds of traffic, the one thing the engine knows of them (traffic/seam.py).
+        self.kinds = kinds or Kinds((LlmApi(), PlainHttp()))
         self.faults = faults
         self.clock = clock
         self.write_failures = write_failures or WriteFailures()
@@ -145,11 +145,11 @@ class Engine:
         return await self.answer(self.http_call(request), session)
 
     def http_call(self, request: Request) -> Call:
-        """A proxied request routed and keyed (memoized: equal requests make equal calls)."""
+        """A proxied request as the call of its kind (memoized: equal requests make equal calls)."""
         small = len(request.body) <= CALL_MEMO_MAX_BODY
         call = self._calls.get(request) if small else None
         if call is None:
-            call = http_call(request, self.catalog, self.config.rules)
+            call = self.kinds.call(request, self.config.rules)
             if small:
                 self._calls.put(request, call)
         return call
@@ -298,24 +298,10 @@ class Engine:
             log.warning("%s", text)
 
     def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
-        """Validity and failure taxonomy of a real answer, and the response to keep."""
-        meta: dict = {}
-        policy = validity.policy_for(self.config.validity, stb_traffic=call.api is not None)
-        if call.reply_format == "virtual":
-            # A ToolBench-style server answers {"error", "response"}: keep the API's own
-            # body as the stored response, and its error text beside it.
-            try:
-                obj = jsonsafe.loads(response.body)
-            except (ValueError, UnicodeDecodeError):
-                obj = None
-            verdict = validity.judge_object(obj, policy)
-            if isinstance(obj, dict):
-                meta["error"] = str(obj.get("error") or "")
-                response = api_body_response(obj.get("response"))
-        else:
-            verdict = validity.judge(response.status, response.body, response.header("content-type"), policy)
-        meta["failure"] = verdict.failure.value
-        return response, verdict, meta
+        """Validity and failure taxonomy of a real answer, and the response to keep, as the
+        call's kind of traffic judges them."""
+        response, verdict, meta = self.kinds.of(call).judge(call, response, self.config.validity)
+        return response, verdict, dict(meta)
 
     async def _simulate(self, call: Call, reason: str, fault: str | None = None,
                         failure: validity.FailureKind | None = None) -> Answer:
@@ -400,7 +386,7 @@ class Engine:
             }
         if len(self.misses) < MAX_MISSES_KEPT:
             self.misses.append(explanation)
-        document = openai_error(explanation) if is_openai_endpoint(request) else explanation
+        document = self.kinds.of(call).miss_document(call, explanation)
         body = json.dumps(document, ensure_ascii=False, indent=2).encode()
         response = Response(404, (("Content-Type", "application/json"),), body)
         return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, key)
@@ -529,25 +515,4 @@ class Engine:
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_url(request, self.config.rules)}"
-
-
-def is_openai_endpoint(request: Request) -> bool:
-    """A call to an OpenAI-compatible API (chat completions and the like), whose clients
-    read an error only from ``{"error": {"message", ...}}``."""
-    path = request.url.split("?", 1)[0].rstrip("/")
-    return request.method == "POST" and path.endswith(OPENAI_PATHS)
-
-
-def openai_error(explanation: dict) -> dict:
-    """A replay miss in the OpenAI error shape: the explanation in the message, which the
-    openai client shows, and in full beside it."""
-    message = explanation["error"]
-    closest = explanation.get("closest")
-    if closest:
-        parts = ", ".join(d["part"] for d in closest["differences"]) or "nothing"
-        message += f"; the closest stored request ({closest['method']} {closest['url']}) differs in: {parts}"
-    else:
-        message += "; nothing like it is stored"
-    return {"error": {"message": message, "type": "stbproxy_replay_miss", "code": "replay_miss", "param": None},
-            "stbproxy": explanation}
 

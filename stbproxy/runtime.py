@@ -22,6 +22,7 @@ from stbproxy.sim.simulation import NoSimulator
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
+from stbproxy.stb.traffic import kinds_for
 from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
@@ -98,7 +99,8 @@ class Runtime:
         # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             catalog=self.catalog, faults=settings.fault_plan(), write_failures=self.write_failures)
+                             kinds=kinds_for(self.catalog), faults=settings.fault_plan(),
+                             write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
                                   rapidapi_key=settings.rapidapi_key)
@@ -118,7 +120,7 @@ class Runtime:
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
         self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   catalog=self.catalog, faults=settings.fault_plan(),
+                                   kinds=kinds_for(self.catalog), faults=settings.fault_plan(),
                                    write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,

@@ -16,7 +16,8 @@ from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, api_key, request_key
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
-from stbproxy.routing import http_call, stored_request
+from stbproxy.stb.api_requests import stored_request
+from stbproxy.stb.traffic import http_call
 from stbproxy.sessions import safe_session_name
 
 SECRET = "sk-cassette-secret-77"

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from stbproxy.engine import Engine, EngineConfig, Simulation
+from stbproxy.stb.traffic import kinds_for
 from stbproxy.models import Mode, Request, Response, Source
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
@@ -309,7 +310,7 @@ def test_catalog_routed_calls_keep_stabletoolbench_rules_by_default(store, upstr
     async def scenario(engine):
         return await engine.handle(Request("GET", upstream.url("/echo/shoes?q=cost+500+usd")))
 
-    answer = engine_run(store, scenario, extra={"simulator": simulator, "catalog": echo_catalog(upstream.base)})
+    answer = engine_run(store, scenario, extra={"simulator": simulator, "kinds": kinds_for(echo_catalog(upstream.base))})
     assert answer.key.startswith("api/") and answer.source is Source.SIMULATED and simulator.calls == 1
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.traffic import kinds_for
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
 from stbproxy.store.embedded import Store
@@ -27,7 +28,7 @@ def store_bytes(path) -> bytes:
 def run(store, scenario, *, mode=Mode.VIRTUAL, catalog=None, **virtual):
     async def main():
         upstream = Upstream(UpstreamConfig(timeout=5.0))
-        engine = Engine(store, upstream, EngineConfig(mode=mode), catalog=catalog)
+        engine = Engine(store, upstream, EngineConfig(mode=mode), kinds=kinds_for(catalog))
         try:
             return await scenario(engine, VirtualApi(engine, catalog, **virtual))
         finally:

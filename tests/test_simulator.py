@@ -12,8 +12,10 @@ import time
 
 import pytest
 
-from stbproxy import keys, routing
+from stbproxy import keys
+from stbproxy.stb import api_requests
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.traffic import kinds_for
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source
@@ -190,7 +192,7 @@ def test_unmapped_request_uses_method_url_and_body_as_docs(fake_openai, catalog,
 def test_virtual_call_without_url_reads_args_from_the_stand_in(fake_openai, store):
     doc = ApiDoc(category="Data", tool="Quotes", api="Quote By Author", api_description="A quote by a person.",
                  required_parameters=(Param("author"),))
-    request = routing.stored_request(doc.ref, doc, {"author": "Ana", "toolbench_key": SECRET_KEY})
+    request = api_requests.stored_request(doc.ref, doc, {"author": "Ana", "toolbench_key": SECRET_KEY})
     job = SimulationRequest(request, keys.api_key(doc.ref, {"author": "Ana"}), doc.ref, "no real API")
     fake_openai.handler = lambda _r: GOOD
     [result] = run(simulate(llm(fake_openai, Catalog([doc]), store), job))
@@ -461,7 +463,7 @@ def test_engine_stores_good_simulations_with_tokens_and_never_failed_ones(fake_o
     sim = llm(fake_openai, catalog, store)
 
     async def two_calls():
-        engine = Engine(store, RefusingUpstream(), simulator=sim, catalog=catalog)
+        engine = Engine(store, RefusingUpstream(), simulator=sim, kinds=kinds_for(catalog))
         try:
             good = await engine.handle(weather_job("Oslo").request)
             bad = await engine.handle(weather_job("Rome").request)

@@ -8,7 +8,7 @@ import time
 
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
-from stbproxy.routing import http_call
+from stbproxy.stb.traffic import http_call
 from stbproxy.store.shared import LEASE_PREFIX, SharedBulk, SharedTier, parse_shared_url
 from stbproxy.store.embedded import Store
 from stbproxy.store.tiered import TieredReader, TieredStore

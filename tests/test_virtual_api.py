@@ -13,7 +13,7 @@ import pytest
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
-from stbproxy.routing import http_call
+from stbproxy.stb.traffic import http_call, kinds_for
 from stbproxy.keys import DEFAULT_RULES
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
@@ -71,7 +71,7 @@ def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None,
                 upstream_proxy=None):
     async def main():
         upstream = Upstream(UpstreamConfig(timeout=timeout, proxy=upstream_proxy))
-        engine = Engine(store, upstream, EngineConfig(mode=mode), catalog=catalog)
+        engine = Engine(store, upstream, EngineConfig(mode=mode), kinds=kinds_for(catalog))
         api = VirtualApi(engine, catalog, toolbench_url=toolbench_url, rapidapi_key=rapidapi_key)
         try:
             return [await api.handle(call) for call in calls]
@@ -108,7 +108,7 @@ def test_same_call_over_http_proxy_and_virtual_meets_one_entry(tmp_path, upstrea
 
         async def over_proxy():
             upstream_client = Upstream(UpstreamConfig(timeout=5))
-            engine = Engine(store, upstream_client, EngineConfig(), catalog=catalog)
+            engine = Engine(store, upstream_client, EngineConfig(), kinds=kinds_for(catalog))
             try:
                 return await engine.handle(Request("GET", upstream.url("/echo/Paris?days=3")))
             finally:

@@ -30,6 +30,7 @@ from stbproxy.engine import Engine, EngineConfig
 from stbproxy.errors import InputError, UpstreamError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Mode, Request, Response
+from stbproxy.stb.traffic import kinds_for
 
 
 class ReplayMismatch(AssertionError):
@@ -48,7 +49,8 @@ class Player:
 
     def __init__(self, store: CassetteStore, *, rules: KeyRules, catalog=None) -> None:
         self.store = store
-        self.engine = Engine(store, _NoNetwork(), EngineConfig(mode=Mode.REPLAY, rules=rules), catalog=catalog)
+        self.engine = Engine(store, _NoNetwork(), EngineConfig(mode=Mode.REPLAY, rules=rules),
+                             kinds=kinds_for(catalog))
 
     @property
     def misses(self) -> list[dict]:

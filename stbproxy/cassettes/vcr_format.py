@@ -30,7 +30,8 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.provenance import SOURCE_HEADER  # in a cassette: the origin of each recorded answer
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, secret_values
-from stbproxy.routing import VIRTUAL_HOST, http_call
+from stbproxy.stb.api_requests import VIRTUAL_HOST
+from stbproxy.stb.traffic import http_call
 
 Format = Literal["yaml", "json"]
 FORMATS: tuple[str, ...] = ("yaml", "json")
@@ -499,7 +500,7 @@ NOT_REAL = frozenset({Source.SIMULATED, Source.SIMULATED_ERROR, Source.UNAVAILAB
 def _stand_in_api(request: Request) -> tuple[ApiRef, dict] | None:
     """The API and arguments of an exported /virtual call whose real URL was unknown: the
     proxy keeps it as ``POST http://virtual.invalid/<category>/<tool>/<api>`` with the
-    arguments as a JSON body (routing.stored_request), and keys it as that API's call."""
+    arguments as a JSON body (api_requests.stored_request), and keys it as that API's call."""
     if request.host != VIRTUAL_HOST:
         return None
     parts = [p for p in urlsplit(request.url).path.split("/") if p]

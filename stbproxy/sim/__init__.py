@@ -4,5 +4,5 @@ openai, the schema one and "off"), the offline schema answers (schema.py), and f
 injection, which makes calls fail on purpose (faults.py).
 
 It may import the pure modules below it (errors, models, bodies, jsonsafe, keys, catalog,
-redact, routing); the engine and the runtime use it.
+redact, stb/api_requests); the engine and the runtime use it.
 """

@@ -39,7 +39,7 @@ from stbproxy.errors import ConfigError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Request, Source
 from stbproxy.redact import redact_request
-from stbproxy.routing import request_args
+from stbproxy.stb.api_requests import request_args
 from stbproxy.sim.schema import virtual_answer
 from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 
@@ -174,7 +174,7 @@ def call_args(request: Request, catalog: Catalog | None) -> dict[str, Any]:
     """Query, body and (when the catalog routes the URL) path parameters.
 
     /virtual calls reach the engine as the real API's request, or as a stand-in whose JSON
-    body is the arguments (routing.stored_request), so both read the same way.
+    body is the arguments (api_requests.stored_request), so both read the same way.
     """
     args = request_args(request)
     match = catalog.route(request.method, request.url, request.headers) if catalog else None

@@ -31,7 +31,7 @@ from stbproxy.stb.bodies import api_body_parts, api_body_response
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
-from stbproxy.routing import stand_in_body, stored_request
+from stbproxy.stb.api_requests import stand_in_body, stored_request
 from stbproxy.store.embedded import RecordTemplate, encode_exchange
 
 

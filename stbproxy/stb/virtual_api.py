@@ -6,7 +6,7 @@ Answer: HTTP 200 with ``{"error": ..., "response": ...}``, whatever happened, ex
 body that is not a /virtual request at all (not a JSON object, a required field missing
 or of the wrong type): on the proxy's own address that gets a 422 JSON error naming the
 field; on its way elsewhere it is plain HTTP. The call follows the same calling rules
-and the same key as proxied HTTP traffic (routing.Call), wherever it was addressed.
+and the same key as proxied HTTP traffic (traffic.seam.Call), wherever it was addressed.
 
 Real calls for a miss: a call addressed to another server goes to that server (a
 ToolBench-style upstream); one on the proxy's own address goes to ``--toolbench-url``
@@ -29,7 +29,9 @@ from stbproxy.models import ApiRef, Headers, Request, Source, header_value
 from stbproxy.provenance import FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
 from stbproxy.stb.bodies import body_value
-from stbproxy.routing import Call, api_request, is_rapidapi_url, stored_request, toolbench_request
+from stbproxy.stb.api_requests import api_request, is_rapidapi_url, stored_request, toolbench_request
+from stbproxy.stb.traffic import NAME as STABLETOOLBENCH
+from stbproxy.traffic.seam import Call
 from stbproxy.sessions import safe_session_name
 
 CHAT_WITH_USER = "chat_with_user"
@@ -223,9 +225,9 @@ class VirtualApi:
         if server:
             secret = request.toolbench_key or header_value(headers, TOOLBENCH_KEY) or ""
             upstream = toolbench_request(server, ref, request.args, secret)
-            return Call(key, stored, upstream, ref, key_args, stored.host, "virtual")
+            return Call(key, stored, upstream, ref, key_args, stored.host, "virtual", kind=STABLETOOLBENCH)
         real, why_not = self._direct_call(doc, request.args)
-        return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not)
+        return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not, kind=STABLETOOLBENCH)
 
     def _direct_call(self, doc: ApiDoc | None, args: Mapping[str, Any]) -> tuple[Request | None, str]:
         """The API's own URL from the catalog, and why not when there is none to call."""

@@ -24,7 +24,7 @@ from stbproxy.engine import Answer, Engine
 from stbproxy.errors import StbError, StoreError
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.redact import failure_text
-from stbproxy.routing import Call
+from stbproxy.traffic.seam import Call
 from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
@@ -57,7 +57,7 @@ def call_to_wire(call: Call) -> dict:
             "upstream": request_to_wire(call.upstream) if call.upstream is not None else None,
             "api": [call.api.category, call.api.tool, call.api.api] if call.api else None,
             "args": dict(call.args), "host": call.host, "reply_format": call.reply_format,
-            "no_upstream": call.no_upstream}
+            "no_upstream": call.no_upstream, "kind": call.kind}
 
 
 def call_from_wire(data: dict) -> Call:
@@ -67,7 +67,7 @@ def call_from_wire(data: dict) -> Call:
     upstream = request if upstream is not None and upstream == data["request"] else (
         request_from_wire(upstream) if upstream is not None else None)
     return Call(data["key"], request, upstream, ApiRef(*data["api"]) if data["api"] else None, data["args"],
-                data["host"], data["reply_format"], data["no_upstream"])
+                data["host"], data["reply_format"], data["no_upstream"], data["kind"])
 
 
 def answer_to_wire(answer: Answer) -> dict:

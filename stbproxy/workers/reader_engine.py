@@ -18,7 +18,7 @@ import logging
 from stbproxy.engine import Answer, Engine
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
-from stbproxy.routing import Call
+from stbproxy.traffic.seam import Call
 from stbproxy.store.embedded import OneTier, Store
 from stbproxy.workers.link import LinkClient
 

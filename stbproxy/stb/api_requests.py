@@ -1,54 +1,27 @@
-"""From a request to a Call: which API it is (if the catalog knows) and its one key.
+"""From an API of the catalog and its arguments to the requests that call it, and back.
 
-Pure. A request the catalog maps gets the key (category, tool, api, canonical args),
-where args merge path, query and body parameters under ToolBench's standardized names
-(``playerId=`` over HTTP and ``playerid`` over /virtual are one argument), so the same
-call made over the HTTP proxy and over /virtual meets the same store entry. Anything
-else gets the generic request key of keys.py. Real calls built here carry the names
-the API documents.
+Pure. A request's arguments merge its query and body parameters (request_args); the
+request that calls an API is built under the names its doc lists (api_request); an entry
+whose API has no URL keeps a stand-in request naming the API (stored_request); a /virtual
+call sent on to a ToolBench-style server is re-packed as StableToolBench sends it
+(toolbench_request). Which request is which kind of call is the traffic kinds' business
+(traffic/, stb/traffic.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from stbproxy import jsonsafe, keys
-from stbproxy.stb.catalog import ApiDoc, Catalog
-from stbproxy.keys import KeyRules
+from stbproxy.stb.catalog import ApiDoc
 from stbproxy.models import ApiRef, Request
 
-ReplyFormat = Literal["http", "virtual"]
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
 # json.dumps with options builds an encoder per call; a stand-in body is made per imported
 # entry. Its arguments come from JSON or literals, so they hold no cycles to look for.
 _STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str, check_circular=False)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call to answer: its key, its API if known, and how to reach the real thing."""
-
-    key: str
-    request: Request  # what the client sent (stored redacted)
-    upstream: Request | None  # what to send to the real API; None when none is known
-    api: ApiRef | None = None
-    args: Mapping[str, Any] = field(default_factory=dict)
-    host: str = ""  # for fault scoping and passthrough
-    reply_format: ReplyFormat = "http"  # "virtual": the upstream answers {error, response}
-    no_upstream: str = ""  # why ``upstream`` is None, for the simulator and the user
-
-
-def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
-    """A proxied HTTP request: API-keyed when the catalog routes it, else generic."""
-    match = catalog.route(request.method, request.url, request.headers) if catalog else None
-    if match is None:
-        return Call(keys.request_key(request, rules), request, request, host=request.host)
-    args = match.doc.key_args({**request_args(request), **match.path_params})
-    ref = match.doc.ref
-    return Call(keys.api_key(ref, args, rules), request, request, ref, args, request.host)
 
 
 def request_args(request: Request) -> dict[str, Any]:

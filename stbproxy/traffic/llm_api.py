@@ -1,0 +1,47 @@
+"""OpenAI-compatible LLM APIs (chat completions and the like), which agents call for their
+own turns: keyed and judged as plain HTTP, but a replay miss is answered in OpenAI's error
+shape, the only one their clients read (the openai client shows ``error.message``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stbproxy.keys import KeyRules
+from stbproxy.models import Request, Response
+from stbproxy.traffic.plain_http import PlainHttp
+from stbproxy.traffic.seam import Call, Judged
+
+# Paths of OpenAI-compatible endpoints (the same ones stbeval reads an agent's turns from).
+OPENAI_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/moderations")
+
+
+def is_openai_endpoint(request: Request) -> bool:
+    path = request.url.split("?", 1)[0].rstrip("/")
+    return request.method == "POST" and path.endswith(OPENAI_PATHS)
+
+
+class LlmApi:
+    name = "llm"
+
+    def __init__(self) -> None:
+        self._http = PlainHttp()
+
+    def call(self, request: Request, rules: KeyRules) -> Call | None:
+        if not is_openai_endpoint(request):
+            return None
+        return replace(self._http.call(request, rules), kind=self.name)
+
+    def judge(self, call: Call, response: Response, setting: str) -> Judged:
+        return self._http.judge(call, response, setting)
+
+    def miss_document(self, call: Call, explanation: dict) -> dict:
+        """The explanation in the message, which the openai client shows, and whole beside it."""
+        message = explanation["error"]
+        closest = explanation.get("closest")
+        if closest:
+            parts = ", ".join(d["part"] for d in closest["differences"]) or "nothing"
+            message += f"; the closest stored request ({closest['method']} {closest['url']}) differs in: {parts}"
+        else:
+            message += "; nothing like it is stored"
+        return {"error": {"message": message, "type": "stbproxy_replay_miss", "code": "replay_miss", "param": None},
+                "stbproxy": explanation}
