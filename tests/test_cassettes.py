@@ -11,6 +11,8 @@ from vcr.cassette import Cassette
 from vcr.serialize import deserialize as vcr_deserialize
 from vcr.serializers import jsonserializer, yamlserializer
 
+from stbproxy.cassettes import reading as cassette_reading
+
 from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import InputError, StbError
@@ -61,7 +63,7 @@ def test_round_trip_keeps_every_byte(tmp_path, fmt):
     samples = SAMPLES if fmt == "yaml" else [s for s in SAMPLES if b"\xff" not in s.request.body + s.response.body]
     path = tmp_path / f"c.{fmt}"
     assert cassettes.write_cassette(path, samples, fmt) == len(samples)
-    interactions, problems = cassettes.read_cassette(path)
+    interactions, problems = cassette_reading.read_cassette(path)
     assert problems == []
     assert [i.index for i in interactions] == list(range(len(samples)))
     got = [as_tuple(i) for i in interactions]
@@ -102,7 +104,7 @@ def test_we_read_what_vcrpy_writes(tmp_path):
     # YAML: vcrpy's JSON serializer cannot hold the gzip bytes of the second answer.
     path = tmp_path / "vcr.yaml"
     path.write_text(vcr_serialize({"requests": vcr_requests, "responses": vcr_responses}, yamlserializer))
-    interactions, problems = cassettes.read_cassette(path)
+    interactions, problems = cassette_reading.read_cassette(path)
     assert problems == []
     first, second = interactions
     assert first.request == Request("GET", "http://h.example/a?x=1", (("Accept", "*/*"),), b"")
@@ -110,7 +112,7 @@ def test_we_read_what_vcrpy_writes(tmp_path):
     assert second.request.body == b'{"k": 1}'
     assert second.response.body == b'{"zipped": 1}' and second.response.headers == ()  # stored decoded
     path.write_text(vcr_serialize({"requests": vcr_requests[:1], "responses": vcr_responses[:1]}, jsonserializer))
-    (only,), problems = cassettes.read_cassette(path)
+    (only,), problems = cassette_reading.read_cassette(path)
     assert problems == [] and only.response.body == b"hi"
 
 
@@ -127,7 +129,7 @@ def test_secrets_are_redacted_again_on_export(tmp_path):
         raw = path.read_bytes()
         assert SECRET.encode() not in raw
         assert b"REDACTED" in raw
-        (interaction,), _ = cassettes.read_cassette(path)
+        (interaction,), _ = cassette_reading.read_cassette(path)
         assert "q=1" in interaction.request.url and json.loads(interaction.request.body)["q"] == "x"
 
 
@@ -210,7 +212,7 @@ def with_change(path: str, value) -> dict:
 def test_a_bad_interaction_is_one_problem_and_the_rest_still_load(tmp_path, interaction, reason):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"interactions": [GOOD, interaction, GOOD], "version": 1}))
-    interactions, problems = cassettes.read_cassette(path)
+    interactions, problems = cassette_reading.read_cassette(path)
     assert [i.index for i in interactions] == [0, 2]
     assert [p.index for p in problems] == [1] and reason in problems[0].reason
     assert str(problems[0]).startswith("interaction 1: ")
@@ -236,7 +238,7 @@ def test_a_bad_cassette_is_a_clear_error_naming_the_file(tmp_path, monkeypatch, 
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(InputError) as caught:
-        cassettes.read_cassette(path)
+        cassette_reading.read_cassette(path)
     assert str(path) in str(caught.value) and message in str(caught.value)
     assert not (tmp_path / "PWNED").exists()
 
@@ -245,9 +247,9 @@ def test_non_utf8_and_missing_files_are_clear_errors(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"interactions: []\nversion: 1\n# caf\xe9\n")
     with pytest.raises(InputError, match="not UTF-8"):
-        cassettes.read_cassette(path)
+        cassette_reading.read_cassette(path)
     with pytest.raises(InputError, match="cannot read"):
-        cassettes.read_cassette(tmp_path / "nope.yaml")
+        cassette_reading.read_cassette(tmp_path / "nope.yaml")
 
 
 def test_binary_bodies_in_yaml_cassettes_are_read_as_bytes(tmp_path):
@@ -256,14 +258,14 @@ def test_binary_bodies_in_yaml_cassettes_are_read_as_bytes(tmp_path):
         {"request": {"method": "POST", "uri": "http://h.example/u", "body": b"\x00\xff", "headers": {}},
          "response": {"status": {"code": 200, "message": "OK"}, "headers": {}, "body": {"string": b"\xfe\x00"}}}]}))
     assert "!!binary" in path.read_text()
-    (interaction,), problems = cassettes.read_cassette(path)
+    (interaction,), problems = cassette_reading.read_cassette(path)
     assert problems == [] and interaction.request.body == b"\x00\xff" and interaction.response.body == b"\xfe\x00"
 
 
 def test_flow_files_are_told_apart_from_cassettes():
-    assert cassettes.is_flow_file(b"1234:4:type,4:http;")
-    assert not cassettes.is_flow_file(b"interactions:\n")
-    assert not cassettes.is_flow_file(b'{"interactions"')
+    assert cassette_reading.is_flow_file(b"1234:4:type,4:http;")
+    assert not cassette_reading.is_flow_file(b"interactions:\n")
+    assert not cassette_reading.is_flow_file(b'{"interactions"')
 
 
 # -- importing an interaction ---------------------------------------------------------------------
@@ -273,7 +275,7 @@ def test_imported_exchange_is_keyed_like_the_proxy_and_redacted():
     request = Request("GET", f"http://h.example/a?x=1&api_key={SECRET}", (("X-RapidAPI-Key", SECRET),))
     response = Response(200, (("Content-Length", "99"), ("X-Stb-Source", "upstream"), ("X-Echo", SECRET)),
                         f"echo {SECRET}".encode())
-    ex = cassettes.imported_exchange(request, response, catalog=None, rules=DEFAULT_RULES, now=5.0)
+    ex = cassette_reading.imported_exchange(request, response, catalog=None, rules=DEFAULT_RULES, now=5.0)
     assert ex.key == request_key(request) and ex.source is Source.IMPORTED and ex.stored_at == 5.0
     assert SECRET not in repr(ex) and ex.response.body == b"echo REDACTED"
     assert ex.response.headers == (("X-Echo", "REDACTED"),)
@@ -286,8 +288,8 @@ def test_imported_exchange_gets_the_api_key_when_the_catalog_maps_it(tmp_path):
     routed = _catalog_with_weather(tmp_path)
     request = Request("GET", "https://weather.p.rapidapi.com/current?city=Paris",
                       (("X-RapidAPI-Host", "weather.p.rapidapi.com"),))
-    plain = cassettes.imported_exchange(request, Response(200), catalog=catalog, rules=DEFAULT_RULES, now=0.0)
-    mapped = cassettes.imported_exchange(request, Response(200), catalog=routed, rules=DEFAULT_RULES, now=0.0)
+    plain = cassette_reading.imported_exchange(request, Response(200), catalog=catalog, rules=DEFAULT_RULES, now=0.0)
+    mapped = cassette_reading.imported_exchange(request, Response(200), catalog=routed, rules=DEFAULT_RULES, now=0.0)
     assert plain.key.startswith("http/") and plain.api is None
     assert mapped.key.startswith("api/Weather/") and mapped.api.category == "Weather" and mapped.api.api == "current"
     assert mapped.key == http_call(request, routed, DEFAULT_RULES).key  # the key the proxy would use
@@ -300,10 +302,10 @@ def test_an_exported_virtual_call_is_keyed_as_its_api_call_again():
     ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
     args = {"id_conc": "40698227", "page": 2}
     stand_in = stored_request(ref, None, args)
-    ex = cassettes.imported_exchange(stand_in, Response(200), catalog=None, rules=DEFAULT_RULES, now=0.0)
+    ex = cassette_reading.imported_exchange(stand_in, Response(200), catalog=None, rules=DEFAULT_RULES, now=0.0)
     assert ex.api == ref and ex.key == api_key(ref, {"id_conc": "40698227", "page": "2"}, DEFAULT_RULES)
     other = Request("POST", "http://virtual.invalid/not/an/api/call", (), b"[]")
-    assert cassettes.imported_exchange(other, Response(200), catalog=None, rules=DEFAULT_RULES,
+    assert cassette_reading.imported_exchange(other, Response(200), catalog=None, rules=DEFAULT_RULES,
                                        now=0.0).key == request_key(other)
 
 

@@ -15,6 +15,8 @@ import requests
 import vcr
 from vcr.serializers import jsonserializer, yamlserializer
 
+from stbproxy.cassettes import reading as cassette_reading
+
 from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.errors import StbError
 from stbproxy.cassettes.inprocess import replay
@@ -52,7 +54,7 @@ def test_a_request_header_with_lone_surrogates_is_written_as_its_bytes_and_read_
     assert raw["request"]["headers"]["X-Fine"] == ["café"]  # UTF-8 text stays text
     assert raw["response"]["headers"]["X-Escaped"] == ["ok\xff"]  # vcrpy plays response headers as text
     # ... and the import reads each side as the store keeps it: the same text, the same bytes
-    (interaction,), problems = cassettes.read_cassette(path)
+    (interaction,), problems = cassette_reading.read_cassette(path)
     assert problems == []
     assert interaction.request.header("X-Odd") == stored
     assert interaction.request.header("X-Odd").encode("utf-8", "surrogateescape") == ODD_REQUEST_VALUE
@@ -66,14 +68,14 @@ def test_json_cassettes_hold_the_same_values_as_escapes(tmp_path):
     cassettes.write_cassette(path, [exchange("http://api.example/x", req_headers=(("X-Odd", stored),))], "json")
     assert "\\udcff" in path.read_text(encoding="ascii")
     assert jsonserializer.deserialize(path.read_text())["interactions"][0]["request"]["headers"]["X-Odd"] == [stored]
-    (interaction,), _ = cassettes.read_cassette(path)
+    (interaction,), _ = cassette_reading.read_cassette(path)
     assert interaction.request.header("X-Odd") == stored
 
 
 def test_a_url_byte_that_is_not_utf8_is_percent_encoded(tmp_path):
     path = tmp_path / "url.yaml"
     cassettes.write_cassette(path, [exchange("http://api.example/caf\udce9?q=\udcff\udcfe")], "yaml")
-    (interaction,), _ = cassettes.read_cassette(path)
+    (interaction,), _ = cassette_reading.read_cassette(path)
     assert interaction.request.url == "http://api.example/caf%E9?q=%FF%FE"
 
 
@@ -134,7 +136,7 @@ def test_an_exchange_that_fails_conversion_is_named_and_the_others_are_written(t
     path = tmp_path / "partial.yaml"
     left_out: list = []
     assert cassettes.write_cassette(path, [good, broken, later], "yaml", left_out=left_out) == 2
-    assert [i.request.url for i in cassettes.read_cassette(path)[0]] == [good.request.url, later.request.url]
+    assert [i.request.url for i in cassette_reading.read_cassette(path)[0]] == [good.request.url, later.request.url]
     (item,) = left_out
     line = str(item)
     assert item.index == 1 and "AttributeError" in item.reason
@@ -154,7 +156,7 @@ def test_an_exchange_that_no_cassette_text_can_hold_is_named_and_the_others_are_
     path = tmp_path / "partial.yaml"
     left_out: list = []
     assert cassettes.write_cassette(path, [fine[0], odd, *fine[1:]], "yaml", left_out=left_out) == 3
-    assert len(cassettes.read_cassette(path)[0]) == 3
+    assert len(cassette_reading.read_cassette(path)[0]) == 3
     (item,) = left_out
     assert item.index == 1 and "request.method" in item.reason and "lone surrogate" in item.reason
     assert "\\udcff" in str(item) and "api_key=REDACTED" in str(item) and SECRET not in str(item)
@@ -299,7 +301,7 @@ def test_the_cli_writes_the_rest_names_what_it_left_out_and_exits_1(tmp_path):
     assert SECRET not in result.stderr + result.stdout
     assert "wrote 2 interactions" in result.stdout and "1 not exported" in result.stdout
     assert "1 of 3 entries could not be exported" in result.stderr
-    assert len(cassettes.read_cassette(out)[0]) == 2
+    assert len(cassette_reading.read_cassette(out)[0]) == 2
 
 
 @pytest.mark.integration

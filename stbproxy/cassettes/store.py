@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from stbproxy.cassettes.vcr_format import Interaction, imported_exchange, read_cassette
+from stbproxy.cassettes.reading import imported_exchange, read_cassette
+from stbproxy.cassettes.vcr_format import Interaction
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange

@@ -375,7 +375,8 @@ def import_cassette(files, store, session, shared):
     """
     import time
 
-    from stbproxy.cassettes import vcr_format as cassettes
+    from stbproxy.cassettes import reading as cassette_reading
+
     from stbproxy.runtime import load_catalog
     from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
@@ -400,7 +401,7 @@ def import_cassette(files, store, session, shared):
                                 problems.append(f"{path}: {pair}")
                                 continue
                             index, request, response, recorded_source = pair
-                            exchange = cassettes.imported_exchange(
+                            exchange = cassette_reading.imported_exchange(
                                 request, response, catalog=catalog, rules=rules, now=now,
                                 meta={"imported_from": path.name, "index": index}, recorded_source=recorded_source)
                             with ctrl_c.holding():  # the entry, its session record and the counts together
@@ -448,7 +449,7 @@ def _interactions_of(path: Path, problems: list[str]):
     """(index, request, response, the origin it was recorded with) per usable interaction of
     a cassette or flow file, and a text per unusable one; a file that cannot be read at all
     is one problem."""
-    from stbproxy.cassettes import vcr_format as cassettes
+    from stbproxy.cassettes import reading as cassette_reading
     try:
         with open(path, "rb") as handle:
             head = handle.read(16)
@@ -456,7 +457,7 @@ def _interactions_of(path: Path, problems: list[str]):
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return
     try:
-        if cassettes.is_flow_file(head):
+        if cassette_reading.is_flow_file(head):
             from stbproxy import mitm  # mitmproxy is heavy: loaded only for flow files
             from stbproxy.redact import redact_request
 
@@ -467,7 +468,7 @@ def _interactions_of(path: Path, problems: list[str]):
                 else:
                     yield index, request, response, None
             return
-        interactions, bad = cassettes.read_cassette(path)
+        interactions, bad = cassette_reading.read_cassette(path)
     except StbError as exc:
         problems.append(str(exc))
         return
