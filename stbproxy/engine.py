@@ -43,6 +43,7 @@ from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Mode, Request, Response, Source
+from stbproxy.misses import explain_miss
 from stbproxy.provenance import marked
 from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
@@ -57,7 +58,6 @@ log = logging.getLogger("stbproxy")
 
 STORED_HEADER = "X-Stb-Stored"  # "no" on an answer the store refused to keep
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
-CLOSEST_SCAN_LIMIT = 5000  # bound the work a replay miss may do to explain itself
 HIT_CACHE_ENTRIES = 4096  # ready-made answers of recent hits (hits repeat in benchmark reruns)
 HIT_CACHE_MAX_BODY = 64 * 1024
 CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on the request alone)
@@ -360,54 +360,15 @@ class Engine:
         return self._answer(response, Source.INJECTED, call.key, {"fault": decision.rule})
 
     def _replay_miss(self, call: Call) -> Answer:
-        request, key = call.request, call.key
-        incoming = keys.canonical(request, self.config.rules)
-        explanation: dict = {
-            "error": "stbproxy replay: no stored answer for this request",
-            "request": {"method": incoming.method, "url": redact_url(request, self.config.rules)},
-            "key": key,
-            "closest": None,
-        }
         # A store may know better (a cassette whose recorded answers were all played).
-        note = self.store.miss_note(key) if hasattr(self.store, "miss_note") else None
-        if note:
-            explanation["error"] = f"stbproxy replay: {note}"
-            explanation["already_played"] = note
-        closest = self.closest(call)
-        if closest is not None:
-            stored, differences = closest
-            explanation["closest"] = {
-                "key": stored.key,
-                "method": stored.request.method,
-                "url": stored.request.url,
-                "differences": [
-                    {"part": d.part, "stored": d.expected, "got": d.actual} for d in differences
-                ],
-            }
+        note = self.store.miss_note(call.key) if hasattr(self.store, "miss_note") else None
+        explanation = explain_miss(call, self.store, self.config.rules, note)
         if len(self.misses) < MAX_MISSES_KEPT:
             self.misses.append(explanation)
         document = self.kinds.of(call).miss_document(call, explanation)
         body = json.dumps(document, ensure_ascii=False, indent=2).encode()
         response = Response(404, (("Content-Type", "application/json"),), body)
-        return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, key)
-
-    def closest(self, call: Call) -> tuple[Exchange, list[keys.Difference]] | None:
-        """The stored request nearest to this call (same API or host first), with the differences."""
-        incoming = keys.canonical(call.request, self.config.rules)
-        prefixes = [f"http/{incoming.host}/{incoming.method}/", f"http/{incoming.host}/", "http/"]
-        if call.api is not None:
-            prefixes.insert(0, keys.api_prefix(call.api))
-        for prefix in prefixes:
-            best: tuple[int, Exchange, list[keys.Difference]] | None = None
-            for n, stored in enumerate(self.store.scan(prefix)):
-                if n >= CLOSEST_SCAN_LIMIT:
-                    break
-                differences = keys.diff(keys.canonical(stored.request, self.config.rules), incoming)
-                if best is None or len(differences) < best[0]:
-                    best = (len(differences), stored, differences)
-            if best is not None:
-                return best[1], best[2]
-        return None
+        return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, call.key)
 
     # passthrough ----------------------------------------------------------------------
     async def _passthrough(self, call: Call) -> Answer:

@@ -13,7 +13,7 @@ PACKAGE = ROOT / "stbproxy"
 # A package has one entry; a module of it on another layer has its own ("stb.virtual_api").
 LAYERS = {
     "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1,
-    "keys": 2, "redact": 2, "traffic": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
+    "keys": 2, "redact": 2, "traffic": 2, "misses": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
     "store": 3, "sim": 3, "upstream": 3, "private_files": 3, "trust_bundle": 3,
     "engine": 4, "settings": 4, "runtime": 4,
     "mitm": 5, "cli": 5, "pytest_plugin": 5, "serve_process": 5,
