@@ -1,7 +1,7 @@
 """Hostile input against a running proxy, once per lane: the fast lane (serve's default) and
 mitmproxy's own layers (--no-fast-lane). Issue 24, item 10.
 
-Seeded cases from scripts/reliability/fuzzkit.py (``hostile_cases``) for a few seconds per
+Seeded cases from scripts/reliability/fuzz_hostile.py (``hostile_cases``) for a few seconds per
 lane: hostile content in valid framing (non-UTF-8 paths and headers, lone surrogates, JSON
 100,000 deep, hundreds of header fields) and hostile framing made at the byte level from
 valid requests (non-UTF-8 bytes in the path and the method, NUL and bare CR in header
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.reliability import fuzzkit
+from scripts.reliability.fuzz_hostile import CLASSES
+from scripts.reliability.fuzz_lane import LANES, fuzz_lane
 
 pytestmark = pytest.mark.integration
 
@@ -41,14 +42,14 @@ CASE_TIMEOUT = 8.0  # seconds for an answer; the proxy runs with --upstream-time
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("lane", list(fuzzkit.LANES))
+@pytest.mark.parametrize("lane", list(LANES))
 def test_hostile_input_never_gets_a_proxy_made_5xx_a_hang_or_a_traceback(tmp_path, lane):
-    run = fuzzkit.fuzz_lane(tmp_path, lane, seed=SEED, seconds=SECONDS, max_cases=MAX_CASES, timeout=CASE_TIMEOUT)
+    run = fuzz_lane(tmp_path, lane, seed=SEED, seconds=SECONDS, max_cases=MAX_CASES, timeout=CASE_TIMEOUT)
     report = run.report()
     print(report)
 
     assert len(run.results) >= MIN_CASES, f"too few cases ran in {SECONDS}s:\n{report}"
-    missing = [name for name in fuzzkit.CLASSES if not any(r.case.cls.startswith(name) for r in run.results)]
+    missing = [name for name in CLASSES if not any(r.case.cls.startswith(name) for r in run.results)]
     assert not missing and {r.case.kind for r in run.results} == {"proxy", "virtual", "own", "tunnel"}, report
     assert not run.failures, f"{len(run.failures)} of {len(run.results)} cases failed on the {lane}:\n{report}"
     assert not run.log_problems, f"the proxy's log on the {lane} has tracebacks or crashes:\n{report}"

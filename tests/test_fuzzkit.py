@@ -1,8 +1,8 @@
-"""The fuzz harness itself (scripts/reliability/fuzzkit.py), without a proxy: its cases are
-seeded and keep their destination, its judge tells a 5xx the upstream made from one the proxy
-made, and its runner names each way a misbehaving server fails (a hang, a silent close, a
-proxy-made 5xx, an answer that blames the upstream) and none where a client left.
-Everything listens on 127.0.0.1 and is closed at the end of each test."""
+"""The fuzz harness itself (scripts/reliability/fuzzkit.py and its fuzz_*.py modules), without
+a proxy: its cases are seeded and keep their destination, its judge tells a 5xx the upstream
+made from one the proxy made, and its runner names each way a misbehaving server fails (a
+hang, a silent close, a proxy-made 5xx, an answer that blames the upstream) and none where a
+client left. Everything listens on 127.0.0.1 and is closed at the end of each test."""
 
 from __future__ import annotations
 
@@ -10,14 +10,19 @@ import asyncio
 import re
 import time
 
-from scripts.reliability import fuzzkit
-from scripts.reliability.fuzzkit import ANSWER, ANY, LEFT, Case, FuzzUpstream
+from scripts.reliability.fuzz_hostile import CLASSES, hostile_cases
+from scripts.reliability.fuzz_judge import (ANSWERED, BLAMED, CLOSED, GARBLED, GONE, HANG, NO_ANSWER, PROXY_5XX,
+                                            judge)
+from scripts.reliability.fuzz_lane import LaneRun, log_problems
+from scripts.reliability.fuzz_runner import run_cases
+from scripts.reliability.fuzz_upstream import FuzzUpstream
+from scripts.reliability.fuzzkit import ANSWER, ANY, LEFT, Case
 
 PROXY, UPSTREAM, TLS = 1000, 2000, 3000
 
 
 def generated(seed: int, count: int, tls_port: int | None = TLS, classes=None) -> list[Case]:
-    cases = fuzzkit.hostile_cases(seed, PROXY, UPSTREAM, tls_port, classes)
+    cases = hostile_cases(seed, PROXY, UPSTREAM, tls_port, classes)
     return [next(cases) for _ in range(count)]
 
 
@@ -25,7 +30,7 @@ def test_the_same_seed_gives_the_same_cases_and_every_class_comes_up():
     first, again, other = generated(5, 3000), generated(5, 3000), generated(6, 300)
     assert [c.raw for c in first] == [c.raw for c in again]
     assert [c.raw for c in first[:300]] != [c.raw for c in other]
-    assert all(any(c.cls.startswith(name) for c in first) for name in fuzzkit.CLASSES)
+    assert all(any(c.cls.startswith(name) for c in first) for name in CLASSES)
     assert {c.kind for c in first} == {"proxy", "virtual", "own", "tunnel"}
     assert {c.expect for c in first} == {ANSWER, ANY, LEFT}
     assert not any(c.kind == "tunnel" for c in generated(5, 1000, tls_port=None))
@@ -67,20 +72,20 @@ def test_the_judge_tells_an_upstream_5xx_from_a_proxy_made_one():
 
     def outcome(number, status, source="error", live=True):
         case = Case("proxy", b"", "valid", ANSWER, number, live)
-        return fuzzkit.judge(case, status, answer(status, source), upstream)[0]
+        return judge(case, status, answer(status, source), upstream)[0]
 
-    assert outcome(1, 503, "upstream") == fuzzkit.ANSWERED  # passed through
-    assert outcome(2, 502) == fuzzkit.ANSWERED and outcome(4, 502) == fuzzkit.ANSWERED  # the proxy says it failed
-    assert outcome(3, 502) == fuzzkit.PROXY_5XX  # the upstream answered fine
-    assert outcome(5, 502, "upstream") == fuzzkit.PROXY_5XX  # "upstream answered garbage": nothing reached it
-    assert outcome(None, 500, "-", live=False) == fuzzkit.PROXY_5XX  # /virtual, the proxy's own address
-    assert outcome(5, 501) == fuzzkit.ANSWERED and outcome(5, 505) == fuzzkit.ANSWERED  # unsupported by the client
-    assert outcome(5, 200, "simulated") == fuzzkit.BLAMED  # made up because "the upstream failed"
-    assert outcome(5, 200, "upstream") == fuzzkit.BLAMED
-    assert outcome(5, 200, "simulated", live=False) == fuzzkit.ANSWERED
-    assert outcome(5, 400, "error") == fuzzkit.ANSWERED  # the proxy refused the client's request
-    assert outcome(5, 200, "cache") == fuzzkit.ANSWERED
-    assert fuzzkit.judge(Case("own", b""), None, b"junk", upstream)[0] == fuzzkit.GARBLED
+    assert outcome(1, 503, "upstream") == ANSWERED  # passed through
+    assert outcome(2, 502) == ANSWERED and outcome(4, 502) == ANSWERED  # the proxy says it failed
+    assert outcome(3, 502) == PROXY_5XX  # the upstream answered fine
+    assert outcome(5, 502, "upstream") == PROXY_5XX  # "upstream answered garbage": nothing reached it
+    assert outcome(None, 500, "-", live=False) == PROXY_5XX  # /virtual, the proxy's own address
+    assert outcome(5, 501) == ANSWERED and outcome(5, 505) == ANSWERED  # unsupported by the client
+    assert outcome(5, 200, "simulated") == BLAMED  # made up because "the upstream failed"
+    assert outcome(5, 200, "upstream") == BLAMED
+    assert outcome(5, 200, "simulated", live=False) == ANSWERED
+    assert outcome(5, 400, "error") == ANSWERED  # the proxy refused the client's request
+    assert outcome(5, 200, "cache") == ANSWERED
+    assert judge(Case("own", b""), None, b"junk", upstream)[0] == GARBLED
 
 
 async def _misbehaving_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -118,7 +123,7 @@ def test_the_runner_names_every_way_a_server_fails_and_none_where_the_client_lef
         port = server.sockets[0].getsockname()[1]
         started = time.monotonic()
         try:
-            results = await fuzzkit.run_cases(port, iter(cases), FuzzUpstream(), seconds=10, max_cases=len(cases),
+            results = await run_cases(port, iter(cases), FuzzUpstream(), seconds=10, max_cases=len(cases),
                                               concurrency=1, timeout=1.0, park_after=0.05)
         finally:
             server.close()
@@ -126,12 +131,12 @@ def test_the_runner_names_every_way_a_server_fails_and_none_where_the_client_lef
 
     results, seconds = asyncio.run(run())
     outcomes = {r.case.cls: r.outcome for r in results}
-    assert outcomes == {"a": fuzzkit.ANSWERED, "b": fuzzkit.HANG, "c": fuzzkit.HANG, "d": fuzzkit.NO_ANSWER,
-                        "e": fuzzkit.CLOSED, "f": fuzzkit.PROXY_5XX, "g": fuzzkit.GONE, "h": fuzzkit.GONE}
+    assert outcomes == {"a": ANSWERED, "b": HANG, "c": HANG, "d": NO_ANSWER,
+                        "e": CLOSED, "f": PROXY_5XX, "g": GONE, "h": GONE}
     assert seconds < 2.5  # the cases that hung gave their place to the next after park_after
     hung = next(r for r in results if r.case.cls == "b")
     assert "GET /hang" in hung.describe() and "no answer and no close within 1s" in hung.describe()
-    run_ = fuzzkit.LaneRun("test", 0, results, [("a check", True, "")], [], "", seconds)
+    run_ = LaneRun("test", 0, results, [("a check", True, "")], [], "", seconds)
     assert not run_.ok and "b / own / expects answer] hang" in run_.report()
 
 
@@ -161,7 +166,7 @@ def test_log_problems_name_each_traceback_by_its_exception():
     log = ("2026-01-01 10:00:00,000 ERROR mitmproxy.proxy.server: mitmproxy has crashed!\n"
            "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\n"
            "NotImplementedError: HTTP trailers are not implemented yet.\nquiet line\n")
-    assert fuzzkit.log_problems(log) == [
+    assert log_problems(log) == [
         "ERROR mitmproxy.proxy.server: mitmproxy has crashed!",
         "Traceback ... NotImplementedError: HTTP trailers are not implemented yet."]
-    assert fuzzkit.log_problems("all fine\n") == []
+    assert log_problems("all fine\n") == []

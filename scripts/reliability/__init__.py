@@ -1,2 +1,15 @@
-"""Reliability: reliability.py (load, kill -9, fuzz, full disk) and fuzzkit.py, the seeded
-generator of hostile requests it shares with the fuzz tests."""
+"""Reliability: scripts that attack a running `stbproxy serve` and the fuzz kit they share.
+
+Scripts (each docstring says what it measures and against which baseline):
+- reliability.py: load, kill -9, hostile input and a full disk;
+- fuzz_proxy.py: the larger per-lane fuzz run of hostile requests (issue 24, item 10).
+
+The fuzz kit, one job per module (also used by the fuzz tests):
+- fuzzkit.py: ``Case``, the seeded hostile content of ``cases()`` and ``send()``;
+- fuzz_carriers.py: the valid requests hostile framing is made from;
+- fuzz_hostile.py: the hostile case classes, byte mutations and ``hostile_cases()``;
+- fuzz_upstream.py: ``FuzzUpstream``, the loopback upstream that remembers what reached it;
+- fuzz_judge.py: the outcomes, ``Result`` and ``judge()``;
+- fuzz_runner.py: the asyncio client that sends cases (``run_case``, ``run_cases``);
+- fuzz_lane.py: one proxy lane end to end (``fuzz_lane()``, ``LaneRun``).
+"""

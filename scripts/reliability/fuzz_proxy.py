@@ -3,14 +3,18 @@
 
 For each lane (the fast lane, serve's default, and --no-fast-lane, mitmproxy's own layers) a
 proxy is started on 127.0.0.1 with a loopback upstream (HTTP and HTTPS) and gets --cases seeded
-cases from scripts/reliability/fuzzkit.py (``hostile_cases``: hostile content in valid framing,
+cases from scripts/reliability/fuzz_hostile.py (``hostile_cases``: hostile content in valid framing,
 and hostile framing made at the byte level from valid requests, plain proxied, to /virtual,
 to the proxy's own address and inside CONNECT tunnels with TLS). A case fails when the proxy
 answers with a 5xx it made itself, blames the upstream for a request that never reached it,
 closes a whole request without an answer, or neither answers nor closes within --timeout
 seconds; a lane fails too when its log holds a Traceback, "mitmproxy has crashed" or
 "internal error", or when an ordinary proxied GET, a /virtual call or a GET in a tunnel fails
-afterwards. tests/test_fuzz_proxy.py runs the same for a few seconds per lane.
+afterwards. tests/test_fuzz_proxy.py runs the same for a few seconds per lane. The run itself
+is scripts/reliability/fuzz_lane.py's ``fuzz_lane``.
+
+Baseline: none to compare against; every case and check is pass/fail. What the loopback upstream
+saw tells the proxy's failures from the upstream's (scripts/reliability/fuzz_judge.py).
 
 It prints, per lane, the counts by class and outcome, the checks afterwards, the log's
 problems and the first failing case of each kind (bytes sent, status, X-Stb-Source, answer).
@@ -31,7 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.reliability import fuzzkit  # noqa: E402
+from scripts.reliability.fuzz_hostile import CLASSES  # noqa: E402
+from scripts.reliability.fuzz_lane import LANES, LaneRun, fuzz_lane  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,8 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=10_000, help="cases per lane (default 10,000)")
     parser.add_argument("--seed", type=int, default=1, help="the same seed sends the same cases (default 1)")
-    parser.add_argument("--lane", choices=[*fuzzkit.LANES, "both"], default="both")
-    parser.add_argument("--class", dest="classes", action="append", choices=list(fuzzkit.CLASSES),
+    parser.add_argument("--lane", choices=[*LANES, "both"], default="both")
+    parser.add_argument("--class", dest="classes", action="append", choices=list(CLASSES),
                         help="only cases of this class (repeatable; default: all)")
     parser.add_argument("--mode", choices=["virtual", "record"], default="virtual",
                         help="the proxy's mode (default virtual, serve's default)")
@@ -55,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_lane(a: argparse.Namespace, lane: str, folder: Path) -> fuzzkit.LaneRun:
-    run = fuzzkit.fuzz_lane(folder, lane, seed=a.seed, seconds=a.max_seconds, max_cases=a.cases,
+def run_lane(a: argparse.Namespace, lane: str, folder: Path) -> LaneRun:
+    run = fuzz_lane(folder, lane, seed=a.seed, seconds=a.max_seconds, max_cases=a.cases,
                             concurrency=a.concurrency, timeout=a.timeout, classes=a.classes, tls=not a.no_tls,
                             mode=a.mode)
     if a.keep:
@@ -66,7 +71,7 @@ def run_lane(a: argparse.Namespace, lane: str, folder: Path) -> fuzzkit.LaneRun:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    lanes = list(fuzzkit.LANES) if a.lane == "both" else [a.lane]
+    lanes = list(LANES) if a.lane == "both" else [a.lane]
     runs = []
     with tempfile.TemporaryDirectory(prefix="stbproxy-fuzz-") as scratch:
         base = a.keep or Path(scratch)
