@@ -17,7 +17,8 @@ from stbproxy.models import Mode
 from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
-from stbproxy.store.shared import SharedBulk, SharedTier, check_at_start
+from stbproxy.store.shared_bulk import SharedBulk, check_at_start
+from stbproxy.store.shared_tier import SharedTier
 from stbproxy.sim.simulation import NoSimulator
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore

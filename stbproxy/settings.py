@@ -19,7 +19,7 @@ from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DE
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
-from stbproxy.store.shared import SharedUrl, parse_shared_url
+from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.stb.validity import AUTO, CHOICES
 

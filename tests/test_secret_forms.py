@@ -472,7 +472,7 @@ def _store_leaks(store: Path, secrets: dict[str, set[str]]) -> list:
     every record decoded (a request body is kept in base64)."""
     from rocksdict import AccessType, Options, Rdict
 
-    from stbproxy.store.embedded import decode_exchange
+    from stbproxy.store.record_format import decode_exchange
 
     found = []
     for path in store.rglob("*"):  # tables, the write-ahead log, RocksDB's LOG, stbproxy's own files

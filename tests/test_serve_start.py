@@ -13,8 +13,10 @@ import requests
 from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
-from stbproxy.store.shared import SharedBulk, parse_shared_url
-from stbproxy.store.embedded import Store, encode_exchange
+from stbproxy.store.embedded import Store
+from stbproxy.store.record_format import encode_exchange
+from stbproxy.store.shared_bulk import SharedBulk
+from stbproxy.store.shared_url import parse_shared_url
 from tests.test_cli_process import one_error_line, stbproxy
 
 pytestmark = pytest.mark.integration

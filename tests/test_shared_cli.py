@@ -15,8 +15,10 @@ from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
-from stbproxy.store.shared import SharedBulk, parse_shared_url, redact_shared_url
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store, encode_exchange
+from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.record_format import encode_exchange
+from stbproxy.store.shared_bulk import SharedBulk
+from stbproxy.store.shared_url import parse_shared_url, redact_shared_url
 
 
 def invoke(*args, env=None):

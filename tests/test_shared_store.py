@@ -12,8 +12,10 @@ import pytest
 
 from stbproxy.errors import ConfigError, StoreError
 from stbproxy.store.redis_process import RedisProcess
-from stbproxy.store.shared import (LEASE_PREFIX, OP_TIMEOUT, STATS_KEY, BulkWriter, Lease, SharedBulk, SharedTier,
-                                   parse_shared_url, redact_shared_url)
+from stbproxy.store.shared_bulk import BulkWriter, SharedBulk
+from stbproxy.store.shared_client import LEASE_PREFIX, OP_TIMEOUT, STATS_KEY
+from stbproxy.store.shared_tier import Lease, SharedTier
+from stbproxy.store.shared_url import parse_shared_url, redact_shared_url
 
 
 @pytest.mark.parametrize("url,tls,cluster,nodes,db", [

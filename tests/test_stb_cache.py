@@ -120,7 +120,7 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
 # -- the import's records: the bytes of the Exchanges read_cache_file gives -----------------------
 from stbproxy.stb.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
 from stbproxy.stb.cache_import import encode_file, encoded_files  # noqa: E402
-from stbproxy.store.embedded import encode_exchange  # noqa: E402
+from stbproxy.store.record_format import encode_exchange  # noqa: E402
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"
 

@@ -7,7 +7,8 @@ import pytest
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
-from stbproxy.store.embedded import RecordTemplate, Store, decode_exchange, encode_exchange
+from stbproxy.store.embedded import Store
+from stbproxy.store.record_format import RecordTemplate, decode_exchange, encode_exchange
 
 
 def exchange(key="http/h/GET/p/1", body=b'{"ok": true}', source=Source.UPSTREAM, **meta) -> Exchange:
@@ -127,7 +128,8 @@ def _writer_killed(tmp_path, body: str) -> subprocess.CompletedProcess:
         import os, sys
         sys.path.insert(0, {os.getcwd()!r})
         from tests.test_store import exchange
-        from stbproxy.store.embedded import Store, encode_exchange
+        from stbproxy.store.embedded import Store
+        from stbproxy.store.record_format import encode_exchange
         store = Store({str(tmp_path / 's')!r})
     """) + textwrap.dedent(body) + "\nos.kill(os.getpid(), 9)\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -37,7 +37,8 @@ from scripts.common import child_env  # noqa: E402
 from stbproxy import keys  # noqa: E402
 from stbproxy.models import Exchange, Request, Response, Source  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
-from stbproxy.store.embedded import Store, encode_exchange  # noqa: E402
+from stbproxy.store.embedded import Store  # noqa: E402
+from stbproxy.store.record_format import encode_exchange  # noqa: E402
 
 HITLOAD = Path(__file__).resolve().with_name("hitload.py")
 HOST = "api.bench.test"

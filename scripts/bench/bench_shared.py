@@ -57,7 +57,8 @@ from scripts.bench.hitstores import http_body as body_for, http_plan, http_targe
 from scripts.common import HOST, child_env, children_cpu, stbproxy_command  # noqa: E402
 from stbproxy.store.redis_process import RedisProcess  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
-from stbproxy.store.shared import SharedBulk, parse_shared_url  # noqa: E402
+from stbproxy.store.shared_bulk import SharedBulk  # noqa: E402
+from stbproxy.store.shared_url import parse_shared_url  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
 SERVE_ARGS = ("--validity", "strict", "--simulator", "schema")  # the generated bodies are valid answers

@@ -31,7 +31,8 @@ def shared_option(func):
 
 def shared_summary(url: str) -> dict:
     """The shared tier's size and the fleet's counters (calls saved by waiting on another proxy, ...)."""
-    from stbproxy.store.shared import SharedBulk, parse_shared_url
+    from stbproxy.store.shared_bulk import SharedBulk
+    from stbproxy.store.shared_url import parse_shared_url
 
     with SharedBulk(parse_shared_url(url)) as bulk:
         return {"url": bulk.url.redacted, "keys": bulk.key_count(), "memory_bytes": bulk.memory(),
@@ -56,7 +57,8 @@ def open_reader(store: Path, shared: str | None):
     local = Store(store, readonly=True)
     if not shared:
         return local
-    from stbproxy.store.shared import SharedBulk, parse_shared_url
+    from stbproxy.store.shared_bulk import SharedBulk
+    from stbproxy.store.shared_url import parse_shared_url
     from stbproxy.store.tiered import TieredReader
 
     try:
@@ -67,7 +69,8 @@ def open_reader(store: Path, shared: str | None):
 
 
 def open_bulk(shared: str | None):
-    from stbproxy.store.shared import SharedBulk, parse_shared_url
+    from stbproxy.store.shared_bulk import SharedBulk
+    from stbproxy.store.shared_url import parse_shared_url
 
     return SharedBulk(parse_shared_url(shared)) if shared else None
 
@@ -107,7 +110,7 @@ class SharedCopies:
         self.added = 0
 
     def entry(self, exchange) -> None:
-        from stbproxy.store.embedded import encode_exchange
+        from stbproxy.store.record_format import encode_exchange
 
         if self.bulk is not None:
             self.entries.append((exchange.key, encode_exchange(exchange)))

@@ -26,7 +26,7 @@ from stbproxy.models import Request, Source
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
-from stbproxy.store.shared import shared_url_from_env
+from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store.embedded import default_store_path

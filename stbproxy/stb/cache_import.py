@@ -32,7 +32,7 @@ from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
 from stbproxy.stb.api_requests import stand_in_body, stored_request
-from stbproxy.store.embedded import RecordTemplate, encode_exchange
+from stbproxy.store.record_format import RecordTemplate, encode_exchange
 
 
 @dataclass(frozen=True)

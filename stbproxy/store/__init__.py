@@ -1,8 +1,15 @@
-"""Where answers are kept: the embedded RocksDB store (embedded.py, the only importer of
-rocksdict), the shared Redis/Valkey tier of a fleet (shared.py, the only importer of redis),
-the two tiers as one store (tiered.py), copying between them (sync.py), the record of
-writes a store refused (write_failures.py), and a real redis-server process for tests and
-``--shared`` recipes (redis_process.py).
+"""Where answers are kept, one job a module:
+
+- embedded.py: the embedded RocksDB store (the only importer of rocksdict), its key layout;
+- record_format.py: the bytes of one stored record, the same in both tiers;
+- shared_url.py: the shared tier's URL (forms, parts, the password never shown);
+- shared_client.py: the Redis side of the shared tier (key layout, clients, failures told
+  and explained); it and the two below are the only importers of redis;
+- shared_tier.py: the shared Redis/Valkey tier of a fleet on a proxy's event loop;
+- shared_bulk.py: the same tier for commands (pipelined batches, the check at start);
+- tiered.py: the two tiers as one store; sync.py: copying between them;
+- write_failures.py: the record of writes a store refused;
+- redis_process.py: a real redis-server process for tests and ``--shared`` recipes.
 
 It may import errors, models, private_files and sessions (layers 1-2), nothing above:
 the engine, the front ends and the commands use it, never the other way round.

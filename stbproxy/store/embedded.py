@@ -2,12 +2,9 @@
 
 Keys are readable byte strings (see keys.py): ``http/...`` and ``api/...`` hold cache
 entries, ``log/...`` exchanges that are kept for the record but never served (passthrough
-traffic), ``meta/...`` small JSON documents. A value is one record::
+traffic), ``meta/...`` small JSON documents, ``session/<name>/<seq>`` session records. A
+value is one record (record_format.py).
 
-    b"STB1" | u32 length of the JSON head | JSON head | response body bytes
-
-The head holds the redacted request (body base64), the response status and headers, the
-source and timings; the body follows raw so that a hit costs one small JSON parse.
 Each write is one RocksDB put (atomic, in the write-ahead log before it returns), so a
 crash loses at most the requests in flight; bulk imports write unlogged and flush before
 they report (Store.bulk_load).
@@ -15,15 +12,13 @@ they report (Store.bulk_load).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import shutil
-import struct
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
@@ -31,127 +26,21 @@ from urllib.parse import urlsplit
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from stbproxy.errors import StoreError, StoreLockedError
-from stbproxy.models import ApiRef, Exchange, Request, Response, Source
+from stbproxy.models import Exchange
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import expand_record
+from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
 
-MAGIC = b"STB1"
-_HEAD_LEN = struct.Struct(">I")
 ENTRY_PREFIXES = ("http/", "api/")
 LOG_PREFIX = "log/"
 META_PREFIX = "meta/"
 SESSION_PREFIX = "session/"
 DEFAULT_STORE = Path(".stbproxy") / "store"
+_SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round-trip
 
 
 def default_store_path() -> Path:
     return Path(os.environ.get("STBPROXY_STORE") or DEFAULT_STORE)
-
-
-# -- encoding -------------------------------------------------------------------------
-
-
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once: records are many
-_SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round-trip
-
-
-def encode_exchange(ex: Exchange) -> bytes:
-    raw_head = _COMPACT.encode(_head(ex, base64.b64encode(ex.request.body).decode("ascii")))
-    raw_head = raw_head.encode("utf-8", "surrogatepass")
-    return MAGIC + _HEAD_LEN.pack(len(raw_head)) + raw_head + ex.response.body
-
-
-def _head(ex: Exchange, request_body: str) -> dict[str, Any]:
-    """A record's JSON head, with the request body (base64) given."""
-    return {
-        "request": {
-            "method": ex.request.method,
-            "url": ex.request.url,
-            "headers": [list(h) for h in ex.request.headers],
-            "body": request_body,
-        },
-        "response": {
-            "status": ex.response.status,
-            "reason": ex.response.reason,
-            "headers": [list(h) for h in ex.response.headers],
-        },
-        "source": ex.source.value,
-        "stored_at": ex.stored_at,
-        "upstream_seconds": ex.upstream_seconds,
-        "api": [ex.api.category, ex.api.tool, ex.api.api] if ex.api else None,
-        "meta": dict(ex.meta),
-    }
-
-
-class RecordTemplate:
-    """The records of exchanges that are ``sample`` but for the request and response
-    bodies, at a fraction of encode_exchange's cost (bulk imports): the head is encoded
-    once around a marker where the request body goes and split there, so a record costs
-    a base64 and a join. The bytes are encode_exchange's exactly: a JSON object's text is
-    its members' texts in order, and a base64 text needs no escaping. Should the marker's
-    text occur elsewhere in the head (a value of exactly that text), records are encoded
-    the plain way."""
-
-    _MARK = "\x00request body\x00"  # never a base64 text
-
-    def __init__(self, sample: Exchange) -> None:
-        self.sample = sample
-        text = _COMPACT.encode(_head(sample, self._MARK))
-        parts = text.split(_COMPACT.encode(self._MARK))
-        self._parts = None if len(parts) != 2 else (
-            (parts[0] + '"').encode("utf-8", "surrogatepass"), ('"' + parts[1]).encode("utf-8", "surrogatepass"))
-
-    def record(self, request_body: bytes, response_body: bytes) -> bytes:
-        if self._parts is None:
-            return encode_exchange(replace(self.sample, request=replace(self.sample.request, body=request_body),
-                                           response=replace(self.sample.response, body=response_body)))
-        before, after = self._parts
-        body = base64.b64encode(request_body)
-        return b"".join((MAGIC, _HEAD_LEN.pack(len(before) + len(body) + len(after)), before, body, after,
-                         response_body))
-
-
-def decode_head(value: bytes) -> tuple[dict[str, Any], int]:
-    """The JSON head of a record and the offset where the response body starts."""
-    if value[:4] != MAGIC or len(value) < 8:
-        raise ValueError("not an stbproxy record")
-    (length,) = _HEAD_LEN.unpack_from(value, 4)
-    end = 8 + length
-    if end > len(value):
-        raise ValueError("record head is truncated")
-    return json.loads(value[8:end]), end
-
-
-def decode_exchange(key: str, value: bytes) -> Exchange:
-    try:
-        head, body_at = decode_head(value)
-        req, resp = head["request"], head["response"]
-        api = head.get("api")
-        return Exchange(
-            key=key,
-            request=Request(
-                method=req["method"],
-                url=req["url"],
-                headers=tuple((k, v) for k, v in req["headers"]),
-                body=base64.b64decode(req["body"]),
-            ),
-            response=Response(
-                status=int(resp["status"]),
-                headers=tuple((k, v) for k, v in resp["headers"]),
-                body=value[body_at:],
-                reason=resp.get("reason", ""),
-            ),
-            source=Source(head["source"]),
-            stored_at=float(head["stored_at"]),
-            upstream_seconds=head.get("upstream_seconds"),
-            api=ApiRef(*api) if api else None,
-            meta=head.get("meta") or {},
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"stored entry {key!r} is damaged: {exc}") from exc
-
-
-# -- the store ------------------------------------------------------------------------
 
 
 @dataclass
@@ -180,7 +69,7 @@ class StoreStats:
 
 class OneTier:
     """The engine's hooks for a store with nothing behind it (a shared tier answers them in
-    tiered_store.py): nothing more to fetch after a local miss, and a miss is this process's
+    tiered.py): nothing more to fetch after a local miss, and a miss is this process's
     own to answer."""
 
     async def fetch(self, key: str) -> Exchange | None:

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from stbproxy.errors import StoreError
-from stbproxy.store.shared import CATALOG_KEY, SharedBulk
-from stbproxy.store.embedded import ENTRY_PREFIXES, LOG_PREFIX, Store, decode_exchange
+from stbproxy.store.embedded import ENTRY_PREFIXES, LOG_PREFIX, Store
+from stbproxy.store.record_format import decode_exchange
+from stbproxy.store.shared_bulk import SharedBulk
+from stbproxy.store.shared_client import CATALOG_KEY
 
 COPIED_PREFIXES = (*ENTRY_PREFIXES, LOG_PREFIX)  # cache entries and logged records; sessions stay put
 BATCH = 1000

@@ -21,9 +21,11 @@ from typing import Awaitable, Callable, Iterator, TypeVar
 
 from stbproxy.errors import StoreError
 from stbproxy.models import Exchange
-from stbproxy.store.shared import NO_LEASE, SharedBulk, SharedTier
+from stbproxy.store.shared_bulk import SharedBulk
+from stbproxy.store.shared_tier import NO_LEASE, SharedTier
 from stbproxy.sessions import expand_record
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store, decode_exchange, encode_exchange
+from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.record_format import decode_exchange, encode_exchange
 
 log = logging.getLogger("stbproxy")
 
