@@ -26,10 +26,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from stbcore.llm_apis import CHAT, MESSAGES, RESPONSES, conversation_api_of  # noqa: F401  (MESSAGES re-exported)
+
 from .messages import text_of
 from .model import function_schemas
 
-CHAT, RESPONSES, MESSAGES = "chat-completions", "responses", "anthropic-messages"
 
 
 class BadCall(Exception):
@@ -51,16 +52,7 @@ class LlmCall:
 
 def api_of(method: str, path: str, body: Any) -> str | None:
     """Which LLM API a request is a call of, or None for any other request."""
-    if method.upper() != "POST":
-        return None
-    path = path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        return CHAT
-    if path.endswith("/responses") and isinstance(body, dict):
-        return RESPONSES
-    if path.endswith("/messages") and isinstance(body, dict) and "model" in body and isinstance(body.get("messages"), list):
-        return MESSAGES
-    return None
+    return conversation_api_of(method, path, body)
 
 
 def read_call(index: int, api: str, body: Any, status: int, answer: str,

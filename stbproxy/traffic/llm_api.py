@@ -1,23 +1,22 @@
 """OpenAI-compatible LLM APIs (chat completions and the like), which agents call for their
 own turns: keyed and judged as plain HTTP, but a replay miss is answered in OpenAI's error
-shape, the only one their clients read (the openai client shows ``error.message``)."""
+shape, the only one their clients read (the openai client shows ``error.message``). Which
+paths those are is stbcore's (llm_apis.py), shared with the evaluator."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from stbcore.llm_apis import is_openai_compatible
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import Call, Judged
 
-# Paths of OpenAI-compatible endpoints (the same ones stbeval reads an agent's turns from).
-OPENAI_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/moderations")
 
 
 def is_openai_endpoint(request: Request) -> bool:
-    path = request.url.split("?", 1)[0].rstrip("/")
-    return request.method == "POST" and path.endswith(OPENAI_PATHS)
+    return is_openai_compatible(request.method, request.url.split("?", 1)[0])
 
 
 class LlmApi:
