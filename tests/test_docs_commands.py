@@ -1,0 +1,195 @@
+"""Every command shown in README.md and docs/*.md runs, so the docs cannot rot.
+
+Each page's shell blocks run in order in a folder of their own that looks like a
+StableToolBench checkout (query files, tool docs, a response cache, pipeline answers;
+all small and made up, see tests/stb_samples.py), against real ``stbproxy serve``
+processes on loopback, with a loopback fake as the LLM judge. How blocks are found and
+run, and the markers a page uses for a block that cannot run here, are in
+tests/docblocks.py. docs/clients.md is run by tests/test_client_recipes.py, through a
+proxy in front of a TLS upstream. Besides: every marker gives its reason, every
+relative link and #anchor resolves, and the README stays short.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.docblocks import PAGES, REPO, PageRun, blocks
+from tests.fakes.fake_openai import FakeOpenAI, ToolCall
+from tests.stb_samples import QUERIES, reference_entry, write_json, write_sample_stb
+
+RUN_ELSEWHERE = {"docs/clients.md": "tests/test_client_recipes.py"}
+README_MAX_LINES = 250
+
+
+# -- the folder a page's commands run in ----------------------------------------------------------
+
+
+def cache_file(root: Path, relative: str, entries: dict[str, object]) -> None:
+    write_json(root / "server" / "tool_response_cache" / relative, entries)
+
+
+def stb_workspace(root: Path) -> Path:
+    """A small StableToolBench checkout: what the pages' commands name, and nothing real."""
+    write_sample_stb(root)
+    # StableToolBench's response cache: <category>/<tool>_for_<category>/<api>.json, keys str(dict)
+    cache_file(root, "Data/theclique_for_Data/songkick_concert.json", {
+        "{'id_conc': '1-band-at-a-hall'}": {"error": "", "response": {
+            "date": "2024-05-01", "name": "One band at a hall", "venue_name": "The Hall",
+            "line_up": [{"link": "https://example.org/a", "name": "A band"}]}},
+        "{'id_conc': '3-quartet-live'}": {"error": "", "response": {
+            "date": "2024-06-12", "name": "Quartet live", "venue_name": "Open air",
+            "line_up": [{"link": "https://example.org/q", "name": "The quartet"}]}}})
+    cache_file(root, "Sports/free_nba_for_Sports/get_a_specific_team.json", {
+        "{'is_id': '14'}": {"error": "", "response": {"id": 14, "abbreviation": "LAL", "city": "Los Angeles",
+                                                      "conference": "West", "full_name": "Los Angeles Lakers"}}})
+    # ToolBench's tool docs (data/toolenv/tools/<Category>/<tool>.json): RapidAPI URLs only, so
+    # that a /virtual miss never leaves the machine (no $STBPROXY_RAPIDAPI_KEY is set here)
+    write_json(root / "data" / "toolenv" / "tools" / "Data" / "theclique.json", {
+        "tool_name": "TheClique", "tool_description": "Concerts and artists.", "api_list": [{
+            "name": "Songkick concert", "url": "https://theclique.p.rapidapi.com/songkick/concert/{id_conc}",
+            "method": "GET", "description": "A concert by its id.",
+            "required_parameters": [{"name": "id_conc", "type": "STRING", "description": "concert id",
+                                     "default": "1-band-at-a-hall"}],
+            "optional_parameters": []}]})
+    write_json(root / "data" / "toolenv" / "tools" / "Sports" / "free_nba.json", {
+        "tool_name": "Free NBA", "tool_description": "NBA teams and games.", "api_list": [{
+            "name": "Get a Specific Team", "url": "https://free-nba.p.rapidapi.com/teams/{id}",
+            "method": "GET", "description": "A team by its id.",
+            "required_parameters": [{"name": "id", "type": "STRING", "description": "the team's id", "default": "1"}],
+            "optional_parameters": []}]})
+    # the answers StableToolBench's pipeline writes, where its scripts write them
+    answers = root / "data" / "answer" / "virtual_chatgpt_cot" / "G1_instruction"
+    shutil.copytree(root / "pipeline_answers_tool_calls" / "G1_instruction", answers)
+    # converted reference answers, as StableToolBench publishes them (one file per group)
+    queries = json.loads((root / QUERIES / "G1_instruction.json").read_text(encoding="utf-8"))
+    write_json(root / "reference_answers_gpt-3.5-turbo_CoT" / "G1_instruction.json", {
+        str(q["query_id"]): reference_entry(q["query"], [("get_a_specific_team_for_free_nba", '{"is_id": "14"}')],
+                                            f"The answer to query {q['query_id']}.") for q in queries[:3]})
+    return root
+
+
+def judge(request: dict) -> object:
+    """A judge that finds every answer solved and every task solvable; plain text otherwise."""
+    choice = request.get("tool_choice")
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if name in ("check_answer_status", "parse_answer_status"):
+        return ToolCall(name, {"reason": "the fake judge says so", "answer_status": "Solved"})
+    if name == "check_task_solvable":
+        return ToolCall(name, {"reason": "the fake judge says so", "task_status": "Solvable"})
+    if name == "select_better_answer":
+        return ToolCall(name, {"reason": "the fake judge says so", "index": 0})
+    return json.dumps({"error": "", "response": "a reply of the fake LLM"})
+
+
+@pytest.fixture(scope="module")
+def fake_judge():
+    with FakeOpenAI(judge) as server:
+        yield server
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+# -- the pages' commands ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if page_id(p) not in RUN_ELSEWHERE], ids=page_id)
+def test_every_command_of_the_page_runs(page, tmp_path, fake_judge):
+    folder = stb_workspace(tmp_path / "work")
+    run = PageRun(folder, env={"OPENAI_BASE_URL": fake_judge.base_url, "OPENAI_API_KEY": "sk-fake-judge",
+                               # the judge is configured, but the proxy's simulator stays the offline one
+                               "STBPROXY_SERVE_SIMULATOR": "schema"})
+    ran, started = [], time.monotonic()
+    try:
+        for block in blocks(page):
+            if block.not_run is not None:
+                continue
+            if block.file_name:
+                run.write_file(block)
+                continue
+            if not block.is_shell:
+                continue
+            result = run.run(block)
+            ran.append(block.where)
+            assert result.returncode == 0, (
+                f"the block at {block.where} (under '{block.section}') failed with status {result.returncode}:\n"
+                f"{block.code}\n--- its output ---\n{result.stdout[-6000:]}")
+    finally:
+        run.close()
+    print(f"{page_id(page)}: ran {len(ran)} blocks in {time.monotonic() - started:.1f} s")
+
+
+# -- markers, links and length -----------------------------------------------------------------------
+
+
+def test_every_not_run_marker_gives_a_reason_and_stands_before_a_command():
+    for page in PAGES:
+        for block in blocks(page):
+            if block.not_run is not None:
+                assert block.not_run, f"{block.where}: '<!-- not run: -->' without a reason"
+                assert block.is_shell, f"{block.where}: a not-run marker before a block that is no command"
+
+
+def test_every_page_with_commands_is_run_somewhere():
+    for page, runner in RUN_ELSEWHERE.items():
+        assert (REPO / page).is_file() and (REPO / runner).is_file()
+        assert page in (REPO / runner).read_text(encoding="utf-8")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"`", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    out, seen, fenced = set(), {}, False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced and (m := re.match(r"^#{1,6}\s+(.*)$", line)):
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_every_relative_link_and_anchor_resolves():
+    problems = []
+    for page in PAGES:
+        fenced = False
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            if fenced:
+                continue
+            for target in _LINK.findall(line):
+                if re.match(r"^[a-z]+:", target):  # https:, mailto:
+                    continue
+                path, _, anchor = target.partition("#")
+                file = (page.parent / path).resolve() if path else page
+                where = f"{page_id(page)}:{number}: {target}"
+                if not file.exists():
+                    problems.append(f"{where}: no such file")
+                elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+                    problems.append(f"{where}: no heading with that anchor in {file.relative_to(REPO)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_is_short():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the rest belongs in docs/"
