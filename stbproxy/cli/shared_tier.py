@@ -11,6 +11,7 @@ import click
 
 from stbproxy.cli.common import fail, store_option
 from stbproxy.errors import StbError
+from stbproxy.store.shared_url import ENV_VARS
 
 
 def shared_option(func):
@@ -18,9 +19,8 @@ def shared_option(func):
         "--shared",
         default=None,
         metavar="URL",
-        # shared_store.ENV_VARS (not imported: redis loads only when a tier is used); never
-        # REDIS_URL, which is often set for other programs
-        envvar=["STBPROXY_SHARED", "STBPROXY_SHARED_URL"],
+        # never REDIS_URL, which is often set for other programs
+        envvar=list(ENV_VARS),
         show_envvar=True,
         help="A shared store tier on Redis / Valkey, behind the local store: redis://[user:pass@]host:port/db, "
              "rediss://... (TLS), or redis+cluster://host:port,host:port (Redis Cluster). Only this option or "
