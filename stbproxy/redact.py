@@ -25,7 +25,8 @@ from functools import lru_cache
 from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from stbproxy import jsonsafe
-from stbproxy.keys import DEFAULT_RULES, KeyRules, is_form_type, is_json_type, is_multipart_type, multipart_parts
+from stbproxy.keys import DEFAULT_RULES, KeyRules, is_form_type, is_json_type
+from stbproxy.multipart import is_multipart_type, multipart_parts
 from stbproxy.models import Headers, Request, Response
 
 REDACTED = "REDACTED"

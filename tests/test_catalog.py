@@ -515,7 +515,10 @@ def test_routing_is_fast_enough_for_the_request_path(tmp_path, stb_data):
     assert per_call < 200e-6  # typically a few microseconds
 
 
-@pytest.mark.parametrize("module", ["catalog.py", "validity.py"])
+CATALOG_MODULES = ["catalog.py", "names.py", "api_doc.py", "routes.py", "tool_docs.py"]
+
+
+@pytest.mark.parametrize("module", CATALOG_MODULES + ["validity.py"])
 def test_pure_modules_import_only_stdlib_models_and_errors(module):
     source = (REPO_ROOT / "stbproxy" / "stb" / module).read_text(encoding="utf-8")
     imported = set()
@@ -524,10 +527,11 @@ def test_pure_modules_import_only_stdlib_models_and_errors(module):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
-            if node.module == "stbproxy":
-                imported |= {f"stbproxy.{a.name}" for a in node.names}
-    local = {m for m in imported if m.startswith("stbproxy.")}
-    assert local <= {"stbproxy.models", "stbproxy.errors", "stbproxy.jsonsafe"}
+            if node.module in ("stbproxy", "stbproxy.stb"):
+                imported |= {f"{node.module}.{a.name}" for a in node.names}
+    local = {m for m in imported if m.startswith("stbproxy.")} - {"stbproxy.stb"}
+    catalog_modules = {f"stbproxy.stb.{m.removesuffix('.py')}" for m in CATALOG_MODULES}
+    assert local <= {"stbproxy.models", "stbproxy.errors", "stbproxy.jsonsafe"} | catalog_modules
     assert not imported & {"mitmproxy", "rocksdict", "openai", "click", "httpx", "requests"}
 
 

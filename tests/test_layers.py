@@ -12,7 +12,7 @@ PACKAGE = ROOT / "stbproxy"
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 # A package has one entry; a module of it on another layer has its own ("stb.virtual_api").
 LAYERS = {
-    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1,
+    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1, "multipart": 1,
     "keys": 2, "redact": 2, "traffic": 2, "misses": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
     "store": 3, "sim": 3, "upstream": 3, "private_files": 3, "trust_bundle": 3,
     "engine": 4, "settings": 4, "runtime": 4,

@@ -20,16 +20,10 @@ from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.sim.simulation import SimulationRequest
-from stbproxy.sim.simulators import (
-    MAX_ATTEMPTS,
-    LlmSimulator,
-    OffSimulator,
-    SchemaSimulator,
-    SimulatorConfig,
-    build_simulator,
-    fit_examples,
-    parse_reply,
-)
+from stbproxy.sim.config import SimulatorConfig
+from stbproxy.sim.llm_prompt import fit_examples, parse_reply
+from stbproxy.sim.llm_simulator import MAX_ATTEMPTS, LlmSimulator
+from stbproxy.sim.simulators import OffSimulator, SchemaSimulator, build_simulator
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, fake_openai  # noqa: F401
 

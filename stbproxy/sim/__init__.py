@@ -1,7 +1,9 @@
 """Answers when the real API cannot give one: what the engine asks of a simulator and gets
-back (simulation.py), the simulators (simulators.py: the LLM one, the only importer of
-openai, the schema one and "off"), the offline schema answers (schema.py), and fault
-injection, which makes calls fail on purpose (faults.py).
+back (simulation.py), the simulators (simulators.py: build_simulator, the schema one and
+"off"; llm_simulator.py: the LLM one, the only importer of openai; llm_prompt.py: its
+prompt and the reading of its replies), which simulator to run (config.py), what a
+simulator may see of a call and its stored examples (call_facts.py), the offline schema
+answers (schema.py), and fault injection, which makes calls fail on purpose (faults.py).
 
 It may import the pure modules below it (errors, models, bodies, jsonsafe, keys, catalog,
 redact, stb/api_requests); the engine and the runtime use it.

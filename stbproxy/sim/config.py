@@ -1,0 +1,59 @@
+"""Which simulator a proxy runs and how: ``SimulatorConfig`` (kind, model, limits), and
+``choose_kind``'s rule for when none is named (an LLM when one is configured, else the
+offline schema simulator)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from stbproxy.errors import ConfigError
+
+KINDS = ("llm", "schema", "off")
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    kind: str | None = None  # "llm", "schema", "off"; None lets choose_kind() decide
+    model: str | None = None  # None: DEFAULT_MODEL
+    temperature: float = 0.0
+    max_tokens: int | None = 1024
+    seed: int | None = None
+    concurrency: int = 16  # LLM calls in flight at most
+    timeout: float = 60.0  # seconds per LLM HTTP call
+    max_retries: int = 2  # the openai client's own retries of transport errors, 429 and 5xx
+    example_budget: int = 2048  # characters shared by all examples in a prompt
+    max_examples: int = 5
+    base_url: str | None = None  # None: the client reads OPENAI_BASE_URL
+    api_key: str | None = None  # None: the client reads OPENAI_API_KEY
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise ConfigError(f"unknown simulator {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ConfigError(f"simulator temperature {self.temperature} must be between 0 and 2")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError("simulator max tokens must be 1 or more")
+        if self.concurrency < 1:
+            raise ConfigError("simulator concurrency must be 1 or more")
+        if self.timeout <= 0:
+            raise ConfigError("simulator timeout must be positive")
+        if self.max_retries < 0 or self.max_examples < 0 or self.example_budget < 0:
+            raise ConfigError("simulator retries, examples and example budget cannot be negative")
+
+    @property
+    def model_name(self) -> str:
+        return self.model or DEFAULT_MODEL
+
+    def llm_configured(self, env: Mapping[str, str] | None = None) -> bool:
+        env = os.environ if env is None else env
+        return bool(self.model or self.base_url or self.api_key
+                    or env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL"))
+
+    def choose_kind(self, env: Mapping[str, str] | None = None) -> str:
+        """The kind asked for, else "llm" when an LLM is configured, else the offline "schema"."""
+        if self.kind is not None:
+            return self.kind
+        return "llm" if self.llm_configured(env) else "schema"

@@ -1,0 +1,181 @@
+"""``LlmSimulator``: asks an OpenAI-compatible chat model to play the API (the only importer
+of openai). The prompt and the reading of replies are llm_prompt.py's.
+
+A simulation's ``meta`` holds ``simulator``, ``model``, ``prompt_tokens`` and
+``completion_tokens`` (summed over attempts, since failed attempts cost too), ``attempts``
+and the model's ``error`` text when it gave one. Prompts and logs are built from the
+redacted request only, and never from headers (call_facts.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+import sys
+from typing import Any
+
+from stbproxy.errors import ConfigError
+from stbproxy.keys import DEFAULT_RULES, KeyRules
+from stbproxy.sim.call_facts import ExampleCache, call_facts
+from stbproxy.sim.config import SimulatorConfig
+from stbproxy.sim.llm_prompt import (
+    BadReply,
+    answer_response,
+    build_messages,
+    example_pairs,
+    fit_examples,
+    parse_reply,
+    reply_text,
+    trim,
+)
+from stbproxy.sim.simulation import Simulation, SimulationRequest
+from stbproxy.stb.bodies import error_object_response
+from stbproxy.stb.catalog import Catalog
+
+log = logging.getLogger("stbproxy")
+
+
+def _lazy_import(name: str):
+    """The module, loaded on first attribute use: openai takes ~0.5 s to import, which
+    every `serve` would pay even when no LLM simulator is configured."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+openai = _lazy_import("openai")
+
+MAX_ATTEMPTS = 3  # bad replies; transport errors are retried by the openai client itself
+CONNECTIONS_PER_CLIENT = 8  # LLM calls per HTTP client (see LlmSimulator.__init__)
+JSON_MODE = {"response_format": {"type": "json_object"}}
+
+
+class LlmSimulator:
+    """Asks an OpenAI-compatible chat model to answer as the API would.
+
+    Everything runs on the caller's event loop, the one that also serves cache hits, so
+    the per-call work is kept small: examples are picked once per API for a while, replies
+    stay plain JSON, and calls are spread over small clients.
+    """
+
+    def __init__(self, config: SimulatorConfig, catalog: Catalog | None, store, *,
+                 rules: KeyRules = DEFAULT_RULES) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.rules = rules
+        self.model = config.model_name
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._examples = ExampleCache(store, config.max_examples)
+        self._json_mode = True  # until the backend refuses response_format
+        api_key = config.api_key
+        if api_key is None and not os.environ.get("OPENAI_API_KEY") and (
+                config.base_url or os.environ.get("OPENAI_BASE_URL")):
+            api_key = "unused"  # self-hosted backends (vLLM, llama.cpp) often need no key
+        # httpcore's pool does work per request that grows with its number of connections
+        # (encode/httpcore#1035): spread the calls over several small clients.
+        shards = -(-config.concurrency // CONNECTIONS_PER_CLIENT)
+        try:
+            self._clients = [openai.AsyncOpenAI(api_key=api_key, base_url=config.base_url, timeout=config.timeout,
+                                                max_retries=config.max_retries) for _ in range(shards)]
+        except openai.OpenAIError as exc:
+            raise ConfigError("the LLM simulator needs OPENAI_API_KEY (or OPENAI_BASE_URL for a "
+                              "backend without keys); or use --simulator schema") from exc
+        self._busy = [0] * shards  # calls in flight per client
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.close()
+
+    async def simulate(self, job: SimulationRequest) -> Simulation:
+        meta: dict[str, Any] = {"simulator": "llm", "model": self.model, "prompt_tokens": 0,
+                                "completion_tokens": 0}
+        name = str(job.api) if job.api else job.key
+        try:
+            facts = call_facts(job, self.catalog, self.rules)
+            name = facts.name
+            found = self._examples.get(facts, job.key)
+            pairs = example_pairs(found, self.catalog, self.rules)
+            messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
+            async with self._slots:
+                return await self._ask(messages, name, meta)
+        except openai.OpenAIError as exc:
+            reason = llm_error_reason(exc, self.config.timeout)
+        except Exception as exc:  # a bug must not take the proxy's answer away
+            log.exception("simulator: unexpected failure for %s", name)
+            reason = f"internal error ({type(exc).__name__})"
+        log.warning("simulation of %s failed: %s", name, reason)
+        return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
+
+    async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
+        """Up to MAX_ATTEMPTS calls until a reply parses; openai errors propagate."""
+        reason = ""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            completion = await self._complete(messages)
+            try:
+                text = reply_text(completion, meta)
+                error, response = parse_reply(text)
+            except BadReply as exc:
+                reason = str(exc)
+                log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s", name, attempt, MAX_ATTEMPTS,
+                            reason)
+                continue
+            meta["attempts"] = attempt
+            if error:
+                meta["error"] = error
+            return Simulation(answer_response(error, response), ok=True, meta=meta)
+        meta["attempts"] = MAX_ATTEMPTS
+        reason = f"no usable reply in {MAX_ATTEMPTS} attempts (last: {reason})"
+        log.warning("simulation of %s failed: %s", name, reason)
+        return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
+
+    async def _complete(self, messages: list[dict[str, str]]):
+        request: dict[str, Any] = {"model": self.model, "messages": messages,
+                                   "temperature": self.config.temperature}
+        if self.config.max_tokens is not None:
+            request["max_tokens"] = self.config.max_tokens
+        if self.config.seed is not None:
+            request["seed"] = self.config.seed
+        shard = self._busy.index(min(self._busy))  # the least busy client
+        self._busy[shard] += 1
+        try:
+            return await self._post(self._clients[shard], request)
+        finally:
+            self._busy[shard] -= 1
+
+    async def _post(self, client: openai.AsyncOpenAI, request: dict[str, Any]) -> Any:
+        # The client's generic post (its retries, timeouts and error types) with the reply
+        # left as parsed JSON: chat.completions.create() walks every message through type
+        # introspection and builds pydantic objects, which doubles the CPU a call costs.
+        if not self._json_mode:
+            return await client.post("/chat/completions", body=request, cast_to=object)
+        try:
+            return await client.post("/chat/completions", body=request | JSON_MODE, cast_to=object)
+        except openai.BadRequestError as exc:
+            log.info("simulator: the LLM backend refused JSON mode (HTTP %s); asking without it",
+                     exc.status_code)
+        completion = await client.post("/chat/completions", body=request, cast_to=object)
+        # Only now is it clear the 400 was about JSON mode and not the request itself.
+        self._json_mode = False
+        return completion
+
+
+def llm_error_reason(exc: openai.OpenAIError, timeout: float) -> str:
+    """A short, secret-free reason for a failed LLM call."""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the LLM backend did not answer within {timeout:g} s"
+    if isinstance(exc, openai.APIConnectionError):
+        return "cannot connect to the LLM backend"
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code in (401, 403):  # their messages may quote part of the key
+            return f"the LLM backend refused the credentials (HTTP {exc.status_code})"
+        message = exc.body.get("message") if isinstance(exc.body, dict) else None
+        return f"the LLM backend answered HTTP {exc.status_code}" + (f": {trim(str(message), 200)}" if message else "")
+    return f"LLM client error ({type(exc).__name__})"
