@@ -305,7 +305,7 @@ class Engine:
 
     async def _simulate(self, call: Call, reason: str, fault: str | None = None,
                         failure: validity.FailureKind | None = None) -> Answer:
-        job = SimulationRequest(call.request, call.key, call.api, reason)
+        job = SimulationRequest(call.request, call.key, call.api, reason, doc=self.kinds.of(call).describe(call))
         try:
             result = await self.simulator.simulate(job)
         except StbError as exc:

@@ -130,3 +130,40 @@ def test_a_new_kind_plugs_into_an_engine_that_knows_nothing_of_it(store):
 def test_a_proxy_needs_a_kind():
     with pytest.raises(ValueError):
         Kinds(())
+
+
+def test_the_simulator_gets_the_api_as_the_calls_kind_describes_it(store):
+    from stbproxy.errors import UpstreamError
+    from stbproxy.sim.simulation import Simulation
+
+    described = ApiDoc(category="Tools", tool="Search", api="search", api_description="finds things", method="GET")
+
+    class Described(PathOnly):
+        def describe(self, call):
+            return described
+
+    class Down:
+        async def send(self, request):
+            raise UpstreamError("connection refused", kind="unreachable")
+
+    class Seeing:
+        def __init__(self) -> None:
+            self.docs = []
+
+        async def simulate(self, job):
+            self.docs.append(job.doc)
+            return Simulation(Response(200, (("Content-Type", "application/json"),), b'{"made": "up"}'), ok=True)
+
+    seeing = Seeing()
+    kinds = Kinds((Described(), PlainHttp()))
+
+    async def scenario():
+        engine = Engine(store, Down(), EngineConfig(), simulator=seeing, kinds=kinds)
+        await engine.handle(Request("GET", "http://127.0.0.1:9/tools/search"))
+        await engine.handle(Request("GET", "http://127.0.0.1:9/plain"))
+
+    asyncio.run(scenario())
+    assert seeing.docs == [described, None]  # plain HTTP describes nothing
+    routed = kinds_for(weather_catalog()).call(Request("GET", "https://weather.p.rapidapi.com/forecast/Lima"),
+                                                DEFAULT_RULES)
+    assert kinds_for(weather_catalog()).of(routed).describe(routed).api == "Forecast"

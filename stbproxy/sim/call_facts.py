@@ -17,7 +17,7 @@ from stbproxy.errors import StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange, Request, Source
 from stbproxy.redact import redact_request
-from stbproxy.sim.simulation import SimulationRequest
+from stbproxy.sim.simulation import NOT_DESCRIBED, SimulationRequest
 from stbproxy.stb.api_requests import request_args
 from stbproxy.stb.catalog import ApiDoc, Catalog
 
@@ -46,9 +46,12 @@ class CallFacts:
 
 def call_facts(job: SimulationRequest, catalog: Catalog | None, rules: KeyRules) -> CallFacts:
     request = redact_request(job.request, rules)
-    doc = catalog.get(job.api) if catalog is not None and job.api is not None else None
-    if doc is None and catalog is not None:
-        doc = _route(catalog, job.request)
+    if job.doc is not NOT_DESCRIBED:
+        doc = job.doc  # as the call's kind of traffic describes its API (traffic/seam.py)
+    else:
+        doc = catalog.get(job.api) if catalog is not None and job.api is not None else None
+        if doc is None and catalog is not None:
+            doc = _route(catalog, job.request)
     # The call's own key minus its digest is its API (api/...) or endpoint (http/...) prefix.
     prefixes = [job.key.rsplit("/", 1)[0] + "/"]
     if doc is not None and keys.api_prefix(doc.ref) not in prefixes:

@@ -9,12 +9,17 @@ from stbproxy.stb.bodies import error_object_response
 from stbproxy.models import ApiRef, Request, Response
 
 
+# ``SimulationRequest.doc`` when the engine gives none: the simulator looks the API up itself.
+NOT_DESCRIBED = object()
+
+
 @dataclass(frozen=True)
 class SimulationRequest:
     request: Request  # the original request (secrets included: simulators must not store it)
     key: str
     api: ApiRef | None
     reason: str  # why the real API could not answer
+    doc: object = NOT_DESCRIBED  # the API as the call's kind of traffic describes it (an ApiDoc, or None)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from stbproxy.models import Request, Response
 from stbproxy.stb.api_requests import request_args
 from stbproxy.stb import validity
 from stbproxy.stb.bodies import api_body_response
+from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.catalog import Catalog
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp, judge_http
@@ -59,6 +60,16 @@ class StableToolBench:
 
     def miss_document(self, call: Call, explanation: dict) -> dict:
         return explanation
+
+    def describe(self, call: Call) -> ApiDoc | None:
+        """The catalog's doc of the call's API (found by name, else by routing its request)."""
+        if self.catalog is None:
+            return None
+        doc = self.catalog.get(call.api) if call.api is not None else None
+        if doc is None:
+            match = self.catalog.route(call.request.method, call.request.url, call.request.headers)
+            doc = match.doc if match else None
+        return doc
 
 
 @functools.lru_cache(maxsize=16)  # imports key every entry with the same catalog

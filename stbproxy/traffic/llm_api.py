@@ -33,6 +33,9 @@ class LlmApi:
     def judge(self, call: Call, response: Response, setting: str) -> Judged:
         return self._http.judge(call, response, setting)
 
+    def describe(self, call: Call) -> None:
+        return None
+
     def miss_document(self, call: Call, explanation: dict) -> dict:
         """The explanation in the message, which the openai client shows, and whole beside it."""
         message = explanation["error"]

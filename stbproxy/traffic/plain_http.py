@@ -22,6 +22,9 @@ class PlainHttp:
     def miss_document(self, call: Call, explanation: dict) -> dict:
         return explanation
 
+    def describe(self, call: Call) -> None:
+        return None  # an HTTP API nobody described: the simulator has the request alone
+
 
 def judge_http(response: Response, policy: validity.Policy) -> Judged:
     """An HTTP answer judged under ``policy``, kept as it came."""

@@ -8,6 +8,7 @@ from typing import Any, Literal, Mapping, NamedTuple, Protocol, Sequence
 
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request, Response
+from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.validity import Verdict
 
 ReplyFormat = Literal["http", "virtual"]
@@ -52,6 +53,11 @@ class TrafficKind(Protocol):
     def miss_document(self, call: Call, explanation: dict) -> dict:
         """The JSON body of a replay miss, in the shape this kind's clients read
         (``explanation``: what was asked, the closest stored request and how it differs)."""
+
+    def describe(self, call: Call) -> ApiDoc | None:
+        """The API the call is made to, for a simulator to answer as it would: its name,
+        description, parameters and documented answers (ToolBench's doc fields, which every
+        kind fills in as it can), or None when this kind knows nothing of it."""
 
 
 class Kinds:
