@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -101,13 +102,17 @@ def page_id(page: Path) -> str:
 # -- the pages' commands ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if page_id(p) not in RUN_ELSEWHERE], ids=page_id)
-def test_every_command_of_the_page_runs(page, tmp_path, fake_judge):
-    folder = stb_workspace(tmp_path / "work")
-    run = PageRun(folder, env={"OPENAI_BASE_URL": fake_judge.base_url, "OPENAI_API_KEY": "sk-fake-judge",
+PAGES_RUN_HERE = [p for p in PAGES if page_id(p) not in RUN_ELSEWHERE]
+PARALLEL_PAGES = 2  # pages run side by side: most of a page's time is waiting for processes to start
+
+
+def run_page(page: Path, folder: Path, judge_url: str) -> tuple[str | None, str]:
+    """Run every unmarked command of ``page``; (the first failure, or None; what ran, how long)."""
+    folder = stb_workspace(folder)
+    run = PageRun(folder, env={"OPENAI_BASE_URL": judge_url, "OPENAI_API_KEY": "sk-fake-judge",
                                # the judge is configured, but the proxy's simulator stays the offline one
                                "STBPROXY_SERVE_SIMULATOR": "schema"})
-    ran, started = [], time.monotonic()
+    ran, started = 0, time.monotonic()
     try:
         for block in blocks(page):
             if block.not_run is not None:
@@ -118,13 +123,31 @@ def test_every_command_of_the_page_runs(page, tmp_path, fake_judge):
             if not block.is_shell:
                 continue
             result = run.run(block)
-            ran.append(block.where)
-            assert result.returncode == 0, (
-                f"the block at {block.where} (under '{block.section}') failed with status {result.returncode}:\n"
-                f"{block.code}\n--- its output ---\n{result.stdout[-6000:]}")
+            ran += 1
+            if result.returncode != 0:
+                return (f"the block at {block.where} (under '{block.section}') failed with status "
+                        f"{result.returncode}:\n{block.code}\n--- its output ---\n{result.stdout[-6000:]}"), ""
     finally:
         run.close()
-    print(f"{page_id(page)}: ran {len(ran)} blocks in {time.monotonic() - started:.1f} s")
+    return None, f"{page_id(page)}: ran {ran} blocks in {time.monotonic() - started:.1f} s"
+
+
+@pytest.fixture(scope="module")
+def page_runs(request, tmp_path_factory, fake_judge):
+    """The selected pages' commands, run two pages at a time, each in a folder of its own."""
+    selected = [item.callspec.params["page"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_every_command_of_the_page_runs"]
+    with ThreadPoolExecutor(PARALLEL_PAGES) as pool:
+        futures = {page: pool.submit(run_page, page, tmp_path_factory.mktemp("page") / "work", fake_judge.base_url)
+                   for page in selected}
+        return {page: future.result() for page, future in futures.items()}
+
+
+@pytest.mark.parametrize("page", PAGES_RUN_HERE, ids=page_id)
+def test_every_command_of_the_page_runs(page, page_runs):
+    failure, summary = page_runs[page]
+    assert failure is None, failure
+    print(summary)
 
 
 # -- markers, links and length -----------------------------------------------------------------------
