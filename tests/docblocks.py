@@ -132,11 +132,14 @@ def free_port() -> int:
 
 _PRELUDE = r"""
 set -eo pipefail
+stb_alive() {  # running, and not a zombie waiting for its parent
+  [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -c1)" != Z ]
+}
 stb_serve_bg() {
   if [ -s "$STB_DOCS_DIR/serve.pid" ]; then
     local old; old=$(cat "$STB_DOCS_DIR/serve.pid")
     kill "$old" 2>/dev/null || true
-    while kill -0 "$old" 2>/dev/null && [ "$(ps -o stat= -p "$old" | cut -c1)" != Z ]; do sleep 0.05; done
+    while stb_alive "$old"; do sleep 0.05; done
     : > "$STB_DOCS_DIR/serve.pid"
   fi
   local log="$STB_DOCS_DIR/serve-$(date +%s%N).log"
@@ -146,7 +149,7 @@ stb_serve_bg() {
   echo "$pid" > "$STB_DOCS_DIR/serve.pid"
   for _ in $(seq 1200); do
     if grep -q '^stbproxy .* listening on ' "$log"; then cat "$log"; return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null || [ "$(ps -o stat= -p "$pid" | cut -c1)" = Z ]; then
+    if ! stb_alive "$pid"; then
       cat "$log" >&2; echo "(stbproxy serve ended before it was ready)" >&2; : > "$STB_DOCS_DIR/serve.pid"; return 1
     fi
     sleep 0.05
