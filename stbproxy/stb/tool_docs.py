@@ -8,13 +8,19 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from stbproxy.errors import InputError
+from stbproxy.models import ApiRef
 from stbproxy.stb.api_doc import ApiDoc, param_fields, url_parts
 
-if TYPE_CHECKING:
-    from stbproxy.stb.catalog import Catalog
+
+class Catalog(Protocol):
+    """What loading needs of a catalog (catalog.Catalog is one)."""
+
+    def get(self, ref: ApiRef) -> ApiDoc | None: ...
+
+    def add(self, doc: ApiDoc) -> ApiDoc: ...
 
 
 @dataclass(frozen=True, slots=True)
