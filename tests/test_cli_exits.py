@@ -8,13 +8,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from stbproxy.cli.common import SIGPIPE_EXIT, OneLineErrors
+from stbproxy.cli.common import SIGPIPE_EXIT, CtrlC, OneLineErrors
 from stbproxy.store.embedded import Store
 from tests.test_cli_process import SCRIPT
 
@@ -123,6 +124,26 @@ def test_ctrl_c_during_an_import_says_what_was_imported_and_leaves_a_consistent_
     assert rest.returncode == 0, rest.stderr
     assert f"imported: {files * entries - imported}, duplicates: {imported}" in rest.stdout
     assert stored_entries(store) == files * entries
+
+
+def test_a_second_ctrl_c_inside_a_finalizer_stops_at_the_end_of_the_next_write():
+    """Python prints and drops an exception raised in a __del__ (a progress bar collected in
+    the middle of the loop): the second press is kept for the end of the next write."""
+    ctrl_c = CtrlC()
+
+    class Collected:
+        def __del__(self):
+            ctrl_c.on_signal(signal.SIGINT, sys._getframe())
+
+    with ctrl_c.stoppable():
+        ctrl_c.on_signal(signal.SIGINT, sys._getframe())
+        Collected()  # collected at once: its __del__ takes the second press without raising
+        assert ctrl_c.presses == 2
+        with pytest.raises(KeyboardInterrupt):
+            with ctrl_c.holding():
+                pass
+        with pytest.raises(KeyboardInterrupt):  # outside a finalizer, a further press stops at once
+            ctrl_c.on_signal(signal.SIGINT, sys._getframe())
 
 
 def json_cassettes(folder, files: int, interactions: int) -> list[str]:

@@ -189,11 +189,13 @@ class CtrlC:
     def requested(self) -> bool:
         return self.presses > 0
 
-    def on_signal(self, _signum, _frame) -> None:
+    def on_signal(self, _signum, frame) -> None:
         self.presses += 1
         if self.presses < 2 or not self._stoppable:
             return
-        if self._holding:
+        if self._holding or _in_finalizer(frame):
+            # Python prints and drops an exception raised in a __del__ (a progress bar's,
+            # collected mid-loop): stop at the end of the next write instead.
             self._held = True
         else:
             raise KeyboardInterrupt
@@ -215,6 +217,14 @@ class CtrlC:
             self._holding = False
         if self._held and self._stoppable:
             raise KeyboardInterrupt
+
+
+def _in_finalizer(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager
