@@ -13,9 +13,11 @@ session) tells what each conversation did, even when many ran at once:
   with messages.read_steps, into StableToolBench's converted shape (system and user
   nodes blank, as the converter writes them; ``available_tools`` from the request).
 - **Tool calls.** Every other recorded request is a tool call of the conversation that
-  was waiting for tool results at that moment; when several were, of the one whose
-  pending calls share the most argument values and name parts with the request; on a
-  tie, of all of them. A call whose result never reached the model (the agent stopped
+  was waiting for tool results at that moment; when several were, of those that asked for
+  the tool the request names (a kind whose requests name their tool, stbcore/tool_calls.py:
+  StableToolBench's /virtual), then of the one whose pending calls share the most argument
+  values and name parts with the request; on a tie, of all of them. A request of a
+  protocol's own housekeeping (a reader says it calls no tool) belongs to none. A call whose result never reached the model (the agent stopped
   right after it) takes the next such response recorded after the conversation's last
   LLM call. With one conversation, everything else belongs to it.
 - **Ids** (:func:`answers_from_traffic`): a conversation is named by the query its task
@@ -31,6 +33,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import unquote
+
+from stbcore.tool_calls import read_tool_call
 
 from . import llm_apis
 from .llm_apis import BadCall, LlmCall
@@ -102,7 +106,7 @@ def read_traffic(recorded: Iterable[Recorded]) -> Traffic:
         body = _json(item.request_text)
         api = llm_apis.api_of(item.method, item.path, body)
         if api is None:
-            _attribute(item, traffic)
+            _attribute(item, traffic, body)
             continue
         try:
             call = llm_apis.read_call(item.index, api, body, item.status, item.response_text, conversations_of)
@@ -267,11 +271,17 @@ def _first_user(messages: list[dict[str, Any]]) -> int:
 
 # --- tool requests --------------------------------------------------------------------
 
-def _attribute(item: Recorded, traffic: Traffic) -> None:
+def _attribute(item: Recorded, traffic: Traffic, body: Any) -> None:
+    wire = read_tool_call(item.method, item.path, body)
+    if wire is not None and wire.name is None:
+        return  # the protocol's own housekeeping: no step of any trajectory
     waiting = [c for c in traffic.conversations if c.pending]
     if not waiting:
         traffic.unattributed.append(item.index)
         return
+    if wire is not None and len(waiting) > 1:
+        # The request names its tool: the conversations that asked for that tool.
+        waiting = [c for c in waiting if any(call.name == wire.name for call in c.pending)] or waiting
     if len(waiting) > 1:
         text = (unquote(item.url) + " " + item.request_text).lower()
         scores = [max(_overlap(call, text) for call in c.pending) for c in waiting]

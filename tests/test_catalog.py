@@ -515,7 +515,7 @@ def test_routing_is_fast_enough_for_the_request_path(tmp_path, stb_data):
     assert per_call < 200e-6  # typically a few microseconds
 
 
-CATALOG_MODULES = ["catalog.py", "names.py", "api_doc.py", "routes.py", "tool_docs.py"]
+CATALOG_MODULES = ["catalog.py", "api_doc.py", "routes.py", "tool_docs.py"]
 
 
 @pytest.mark.parametrize("module", CATALOG_MODULES + ["validity.py"])

@@ -1,6 +1,6 @@
 """Everything that is StableToolBench's: the catalog of ToolBench tool docs (catalog.py: the
-catalog itself; api_doc.py: one API's doc and parameters; names.py: ToolBench's name
-standardization; routes.py: routing a request's URL to its API; tool_docs.py: reading
+catalog itself; api_doc.py: one API's doc and parameters (ToolBench's name
+standardization is stbcore/toolbench_names.py, which the evaluator shares); routes.py: routing a request's URL to its API; tool_docs.py: reading
 ToolBench's tool folders and query files), its rules for which answers are real
 (validity.py), the bodies its clients expect (bodies.py), the import of its response
 cache (cache_import.py) and where a cache's folders go (cache_placement.py), its /virtual

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from stbproxy.errors import InputError
 from stbproxy.models import ApiRef
-from stbproxy.stb.names import api_key_name, category_key, function_name, tool_key_in
+from stbcore.toolbench_names import api_key_name, category_key, function_name, tool_key_in
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ store and StableToolBench's cache use, and by its original names, which is what
 /virtual clients and query files use. It reads ToolBench doc folders and query files
 (tool_docs.py) and saves itself as one JSON file; beyond those files it does no I/O.
 
-The API doc model is api_doc.py, the name rules names.py, the routing table routes.py;
+The API doc model is api_doc.py, the name rules stbcore/toolbench_names.py, the routing table routes.py;
 their public names are importable from here too, where most callers take them.
 """
 
@@ -20,7 +20,7 @@ from stbproxy.errors import InputError
 from stbproxy.models import ApiRef, Headers
 from stbproxy.stb import tool_docs
 from stbproxy.stb.api_doc import ApiDoc, Param
-from stbproxy.stb.names import (
+from stbcore.toolbench_names import (
     api_key_name,
     called_api_key,
     called_api_key_of,

@@ -146,6 +146,31 @@ def test_tool_requests_go_to_the_conversation_whose_call_they_carry():
     assert notes == []
 
 
+def _virtual(tool, api, tool_input, response):
+    return _interaction("http://127.0.0.1:8080/virtual", {
+        "category": "Weather", "tool_name": tool, "api_name": api, "tool_input": json.dumps(tool_input),
+        "strip": "", "toolbench_key": ""}, 200, {"error": "", "response": response})
+
+
+def test_a_virtual_call_goes_to_the_conversation_that_asked_for_its_tool():
+    # Both conversations wait, and the words of each request fit both equally (the forecast
+    # call's city sits in the alerts call's region): the tool a /virtual call names decides.
+    forecast, alerts = "forecast_for_weatherapi", "alerts_for_weatherapi"
+    interactions = [
+        _chat([_user("Forecast for Oslo, then stop")], _calls(("a1", forecast, {"city": "Oslo"}))),
+        _chat([_user("Alerts near Oslo, then stop")], _calls(("b1", alerts, {"region": "Oslo forecast"}))),
+        # api_name as ToolBench's server reads it: the API's own name, or the whole function name
+        _virtual("WeatherAPI", alerts, {"region": "Oslo forecast"}, "storm warning"),
+        _virtual("WeatherAPI", "Forecast", {"city": "Oslo"}, "sunny"),
+    ]
+    answers, notes = _answers(interactions)
+    got = {a.query: main_path(a.answer_details)[2]["message"] for a in answers.values()}
+    assert got["Forecast for Oslo, then stop"]["name"] == forecast
+    assert got["Forecast for Oslo, then stop"]["response"] == json.dumps({"error": "", "response": "sunny"})
+    assert got["Alerts near Oslo, then stop"]["response"] == json.dumps({"error": "", "response": "storm warning"})
+    assert notes == []
+
+
 def test_retried_request_and_failed_answers():
     user = _user("Weather in Oslo?")
     failed = _interaction("https://llm.example/v1/chat/completions", {"model": "m", "messages": [user], "tools": TOOLS},
