@@ -51,7 +51,7 @@ from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import Call, Kinds
 from stbproxy.sessions import SessionRecord
-from stbproxy.sim.simulation import NoSimulator, Simulation, SimulationRequest, Simulator
+from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
 from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
@@ -156,11 +156,14 @@ class Engine:
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
         """The calling rules for one routed call (HTTP proxy and /virtual alike)."""
-        return await self._run(call, session, self._answer_call)
+        return await self._run(call, session, self._answer_call if call.keep else self._passed_on)
 
     async def _run(self, call: Call, session: str | None, how: Callable[[Call], Awaitable[Answer]]) -> Answer:
         started = time.perf_counter()
         answer = await how(call)
+        served = self.kinds.of(call).served(call, answer.response, answer.source, answer.meta)
+        if served is not answer.response:  # the kind shaped it for this request (an MCP id)
+            answer = replace(answer, response=served)
         if session is not None:
             answer = self._record_session(session, call, answer, time.perf_counter() - started)
         return self._unstored(answer) if answer.write_failed else answer
@@ -256,11 +259,12 @@ class Engine:
         if call.upstream is None:
             return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
         try:
-            response, seconds = await self.upstream.send(call.upstream)
+            response, seconds = await self.kinds.of(call).send_upstream(call, self.upstream.send)
         except UpstreamError as exc:
             return await self._unavailable(call, exc)
 
-        response, verdict, meta = self._judge(call, response)
+        judged = self.kinds.of(call).judge(call, response, self.config.validity)
+        response, verdict, meta = judged.response, judged.verdict, dict(judged.meta)
         if self.config.mode is Mode.VIRTUAL and not verdict.valid:
             reason = self._scrub(call, verdict.reason)
             log.info("invalid upstream answer for %s: %s", self._loggable(call.request), reason)
@@ -269,6 +273,8 @@ class Engine:
             except StoreError:
                 pass  # counted and logged; the simulator's answer is what the client gets
             return await self._simulate(call, reason)
+        if not judged.keep:  # an answer that only makes sense once: passed on, never stored
+            return self._answer(response, Source.UPSTREAM, call.key, meta)
         return self._keep(call, response, Source.UPSTREAM, call.key, seconds, meta)
 
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
@@ -297,17 +303,10 @@ class Engine:
             self._warned.put(host, True)
             log.warning("%s", text)
 
-    def _judge(self, call: Call, response: Response) -> tuple[Response, validity.Verdict, dict]:
-        """Validity and failure taxonomy of a real answer, and the response to keep, as the
-        call's kind of traffic judges them."""
-        response, verdict, meta = self.kinds.of(call).judge(call, response, self.config.validity)
-        return response, verdict, dict(meta)
-
     async def _simulate(self, call: Call, reason: str, fault: str | None = None,
                         failure: validity.FailureKind | None = None) -> Answer:
-        job = SimulationRequest(call.request, call.key, call.api, reason, doc=self.kinds.of(call).describe(call))
         try:
-            result = await self.simulator.simulate(job)
+            result = await self.kinds.of(call).simulate(call, self.simulator, reason)
         except StbError as exc:
             result = Simulation(error_object_response(f"Simulation failed: {self._scrub(call, str(exc))}"), ok=False)
         # Answers made up for an injected fault say so: `forget --faulted` removes exactly
@@ -333,12 +332,13 @@ class Engine:
             return simulated  # an injected fault: the API stays "down" for this run
         self._refreshed[call.key] = now
         try:
-            response, seconds = await self.upstream.send(call.upstream)
+            response, seconds = await self.kinds.of(call).send_upstream(call, self.upstream.send)
         except UpstreamError as exc:
             log.info("still no real answer for %s: %s", self._loggable(call.request), self._scrub(call, str(exc)))
             return simulated
-        response, verdict, meta = self._judge(call, response)
-        if not verdict.valid:
+        judged = self.kinds.of(call).judge(call, response, self.config.validity)
+        response, verdict, meta = judged.response, judged.verdict, dict(judged.meta)
+        if not verdict.valid or not judged.keep:
             log.info("still an invalid real answer for %s: %s", self._loggable(call.request),
                      self._scrub(call, verdict.reason))
             return simulated
@@ -346,13 +346,13 @@ class Engine:
         return self._keep(call, response, Source.UPSTREAM, call.key, seconds, {**meta, "replaced": "simulated"})
 
     def _decide(self, call: Call) -> Decision:
-        if not self.faults:
+        if not self.faults or not call.faultable:
             return NO_FAULT
         tool, api = (call.api.tool, call.api.api) if call.api else (None, None)
         return self.faults.decide(call.host, tool, api, call.key)
 
     def _injected(self, call: Call, decision: Decision) -> Answer:
-        response = decision.make_response()
+        response = self.kinds.of(call).injected(call, decision.kind, decision.rule) or decision.make_response()
         if response is None:  # down, refused, timed out: no HTTP answer to relay
             error = decision.upstream_error()
             status = 504 if error is not None and error.kind == "timeout" else 502
@@ -369,6 +369,23 @@ class Engine:
         body = json.dumps(document, ensure_ascii=False, indent=2).encode()
         response = Response(404, (("Content-Type", "application/json"),), body)
         return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, call.key)
+
+    # passed on ------------------------------------------------------------------------
+    async def _passed_on(self, call: Call) -> Answer:
+        """A call its kind never keeps (an MCP notification): sent to the real API when
+        there is one to ask, else answered by the kind itself."""
+        kind = self.kinds.of(call)
+        if self.config.mode is Mode.REPLAY or call.upstream is None:
+            return self._answer(kind.local_answer(call), Source.LOCAL, call.key)
+        try:
+            response, seconds = await kind.send_upstream(call, self.upstream.send)
+        except UpstreamError as exc:
+            if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES:
+                return self._error(call, exc)
+            reason = self._scrub(call, str(exc))
+            log.info("upstream failed for %s: %s; answered by the proxy", self._loggable(call.request), reason)
+            return self._answer(kind.local_answer(call), Source.LOCAL, call.key, {"reason": reason})
+        return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 
     # passthrough ----------------------------------------------------------------------
     async def _passthrough(self, call: Call) -> Answer:
@@ -436,6 +453,8 @@ class Engine:
             )
             return None
         secrets = self._secrets(call)
+        if call.private:
+            meta = {**meta, "private": True}  # the caller's own answer: never in the shared tier
         exchange = Exchange(
             key=key,
             request=redact_request(request, self.config.rules),

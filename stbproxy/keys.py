@@ -50,6 +50,7 @@ _BRACKETS = re.compile(r"[\[\]]")
 SECRET_HEADERS = Names({
     "x-rapidapi-key", "authorization", "proxy-authorization", "cookie", "toolbench_key",
     "x-api-key", "api-key", "x-auth-token", "x-access-token",
+    "mcp-session-id",  # a live MCP session's id: never stored, never keyed
 })
 # Query, body and multipart fields secret by default: stbcore.arguments.SECRET_FIELDS (the
 # names StableToolBench's own calls carry keys in, also left out by the evaluator) and the
@@ -77,6 +78,9 @@ class KeyRules:
     volatile_fields: frozenset[str] = frozenset()
     not_secret_fields: frozenset[str] = frozenset()
     not_secret_headers: frozenset[str] = frozenset()
+    # Mixed into digests of credentials (an MCP call's auth context), so that a digest in a
+    # key tells nothing of the credential to anyone without the store's own salt.
+    auth_salt: bytes = b""
     secret_fields: frozenset[str] = field(init=False)
     secret_headers: frozenset[str] = field(init=False)
     unkeyed_fields: frozenset[str] = field(init=False)

@@ -30,6 +30,7 @@ class Source(str, enum.Enum):
     MISS = "miss"  # replay found nothing: the answer explains the miss
     ERROR = "error"  # the proxy got no answer (transport, TLS set-up, a bad request): never stored
     CHAT = "chat"  # /virtual's chat_with_user, answered by the proxy itself
+    LOCAL = "local"  # a message never kept (an MCP notification) answered by the proxy, no real API being asked
 
 
 class Mode(str, enum.Enum):

@@ -31,7 +31,7 @@ from stbproxy.models import Headers, Request, Response
 
 REDACTED = "REDACTED"
 _MIN_SECRET_LEN = 4  # shorter values would scrub ordinary text ("1", "abc")
-_RESPONSE_SECRET_HEADERS = frozenset({"set-cookie"})
+_RESPONSE_SECRET_HEADERS = frozenset({"set-cookie", "mcp-session-id"})
 
 
 def secret_values(request: Request, rules: KeyRules = DEFAULT_RULES) -> frozenset[str]:

@@ -13,7 +13,8 @@ from stbproxy.cassettes.store import CassetteStore, describe_miss
 from stbproxy.stb.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
-from stbproxy.models import Mode
+from stbproxy.mcp.traffic import Mcp
+from stbproxy.models import Mode, Response
 from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
@@ -23,12 +24,19 @@ from stbproxy.sim.simulation import NoSimulator
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
 
 log = logging.getLogger("stbproxy")
+
+
+def stored_answers(store) -> Callable[[str], Iterator[Response]]:
+    """The stored answers under a key prefix (what an MCP server's tools/list gave)."""
+    def answers(prefix: str) -> Iterator[Response]:
+        return (exchange.response for exchange in store.scan(prefix))
+    return answers
 
 
 def load_catalog(settings: Settings, path: Path | None = None) -> Catalog | None:
@@ -99,8 +107,9 @@ class Runtime:
             raise
         # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
+        self.mcp = Mcp(stored_answers(self.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             kinds=kinds_for(self.catalog), faults=settings.fault_plan(),
+                             kinds=kinds_for(self.catalog, self.mcp), faults=settings.fault_plan(),
                              write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
@@ -120,8 +129,9 @@ class Runtime:
             raise
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
+        self.mcp = Mcp(stored_answers(self.store.store))
         self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   kinds=kinds_for(self.catalog), faults=settings.fault_plan(),
+                                   kinds=kinds_for(self.catalog, self.mcp), faults=settings.fault_plan(),
                                    write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,

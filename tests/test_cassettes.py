@@ -19,7 +19,7 @@ from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, api_key, request_key
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
 from stbproxy.stb.api_requests import stored_request
-from stbproxy.stb.traffic import http_call
+from stbproxy.kinds import http_call
 from stbproxy.sessions import safe_session_name
 
 SECRET = "sk-cassette-secret-77"

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from stbproxy.engine import Engine, EngineConfig, Simulation
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 from stbproxy.models import Mode, Request, Response, Source
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig

@@ -9,7 +9,7 @@ import logging
 import os
 
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
 from stbproxy.store.embedded import Store

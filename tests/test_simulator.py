@@ -15,7 +15,7 @@ import pytest
 from stbproxy import keys
 from stbproxy.stb import api_requests
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Exchange, Request, Response, Source

@@ -95,7 +95,7 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
     from stbproxy.stb.catalog import ApiDoc, Catalog, Param
     from stbproxy.engine import Engine
     from stbproxy.models import Request
-    from stbproxy.stb.traffic import http_call
+    from stbproxy.kinds import http_call
     from stbproxy.stb.virtual_api import VirtualApi, parse
 
     doc = ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET",

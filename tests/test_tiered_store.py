@@ -8,7 +8,7 @@ import time
 
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request, Source
-from stbproxy.stb.traffic import http_call
+from stbproxy.kinds import http_call
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_client import LEASE_PREFIX
 from stbproxy.store.shared_tier import SharedTier

@@ -15,11 +15,11 @@ from stbproxy.engine import Engine, EngineConfig
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Mode, Request, Response, Source
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 from stbproxy.store.embedded import Store
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp, judge_http
-from stbproxy.traffic.seam import Call, Judged, Kinds
+from stbproxy.traffic.seam import BaseKind, Call, Judged, Kinds
 from stbproxy.workers.link import call_from_wire, call_to_wire
 
 
@@ -37,7 +37,7 @@ def test_each_request_is_taken_by_the_first_kind_that_knows_it():
     assert (routed.kind, llm.kind, plain.kind) == ("stb", "llm", "http")
     assert routed.api is not None and routed.args == {"city": "Paris"}
     assert plain.key == keys.request_key(Request("GET", "http://127.0.0.1:9/anything"))
-    assert kinds.names() == ["stb", "llm", "http"]
+    assert kinds.names() == ["stb", "mcp", "llm", "http"]
     assert kinds.of(replace(plain, kind="not-here")).name == "http"  # an unknown name: the last kind
 
 
@@ -52,7 +52,7 @@ def test_kinds_judge_by_their_own_rules_under_auto():
     # a ToolBench-style server's {error, response}: the API's body is kept, its error beside it
     virtual = replace(routed, reply_format="virtual")
     wrapped = Response(200, (), json.dumps({"error": "", "response": {"temp": 21}}).encode())
-    response, verdict, meta = kinds.of(virtual).judge(virtual, wrapped, "auto")
+    response, verdict, meta, _keep = kinds.of(virtual).judge(virtual, wrapped, "auto")
     assert verdict.valid and json.loads(response.body) == {"temp": 21} and meta["error"] == ""
 
 
@@ -70,7 +70,7 @@ def test_a_call_keeps_its_kind_across_the_workers_link():
     assert call_from_wire(json.loads(json.dumps(call_to_wire(call)))).kind == "stb"
 
 
-class PathOnly:
+class PathOnly(BaseKind):
     """A kind of traffic the engine has never heard of: requests to /tools/<name> are one
     call per tool name, whatever their query; its answers are valid when they parse as JSON."""
 

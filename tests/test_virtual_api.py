@@ -13,7 +13,7 @@ import pytest
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
-from stbproxy.stb.traffic import http_call, kinds_for
+from stbproxy.kinds import http_call, kinds_for
 from stbproxy.keys import DEFAULT_RULES
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig

@@ -30,7 +30,7 @@ from stbproxy.engine import Engine, EngineConfig
 from stbproxy.errors import InputError, UpstreamError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Mode, Request, Response
-from stbproxy.stb.traffic import kinds_for
+from stbproxy.kinds import kinds_for
 
 
 class ReplayMismatch(AssertionError):

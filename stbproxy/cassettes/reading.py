@@ -30,7 +30,7 @@ from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.provenance import SOURCE_HEADER
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.stb.api_requests import VIRTUAL_HOST
-from stbproxy.stb.traffic import http_call
+from stbproxy.kinds import http_call
 
 # Framing that belongs to one transfer, not to the answer: the store keeps none of it.
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive",

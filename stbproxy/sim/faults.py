@@ -8,13 +8,16 @@ Spec grammar (one rule per spec; ``;`` separates several rules in one string)::
 
     rule   := kind ["=" value] ("," scope)*
     kind   := down=FRACTION | refuse | timeout | status=CODE | malformed | empty
-            | latency=DURATION | latency=lognormal:DURATION:SIGMA
+            | tool-error | rpc-error | latency=DURATION | latency=lognormal:DURATION:SIGMA
     scope  := host=GLOB | tool=GLOB | api=GLOB | p=PROBABILITY
     FRACTION, PROBABILITY := 0.25 or 25%      DURATION := 200ms or 1.5s
 
 Examples: ``down=0.2``, ``status=503,p=0.1,tool=weather*``, ``timeout,api=*forecast*``,
 ``latency=lognormal:200ms:0.5``. Globs use fnmatch and ignore case; a rule with several
 scopes needs all of them to match.
+
+``tool-error`` and ``rpc-error`` fail an MCP tool call as MCP does: a result with
+``isError: true``, or a JSON-RPC error (-32603). On other traffic both answer HTTP 500.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ MAX_LATENCY_SECONDS = 60.0
 
 _GRAMMAR_HINT = (
     "a fault spec is KIND[,SCOPE...] with KIND one of down=FRACTION, refuse, timeout, "
-    f"status=CODE ({', '.join(map(str, ALLOWED_STATUSES))}), malformed, empty, "
+    f"status=CODE ({', '.join(map(str, ALLOWED_STATUSES))}), malformed, empty, tool-error, rpc-error, "
     "latency=DURATION, latency=lognormal:DURATION:SIGMA and SCOPE one of host=GLOB, "
     "tool=GLOB, api=GLOB, p=PROBABILITY (e.g. 'status=503,p=0.1,tool=weather*')"
 )
@@ -51,12 +54,15 @@ class FaultKind(str, enum.Enum):
     STATUS = "status"
     MALFORMED = "malformed"
     EMPTY = "empty"
+    TOOL_ERROR = "tool-error"  # MCP: a CallToolResult with isError
+    RPC_ERROR = "rpc-error"  # MCP: a JSON-RPC error
     LATENCY = "latency"
 
     @property
     def answers(self) -> bool:
         """True for kinds that produce an HTTP answer; the others mean no answer at all."""
-        return self in (FaultKind.STATUS, FaultKind.MALFORMED, FaultKind.EMPTY)
+        return self in (FaultKind.STATUS, FaultKind.MALFORMED, FaultKind.EMPTY, FaultKind.TOOL_ERROR,
+                        FaultKind.RPC_ERROR)
 
 
 # Which kinds take a value after "=", and which must have one.
@@ -272,6 +278,9 @@ class Decision:
             status = self.status
             payload = {"message": _STATUS_MESSAGES[status], "status": status}
             body = json.dumps(payload).encode()
+        elif self.kind in (FaultKind.TOOL_ERROR, FaultKind.RPC_ERROR):
+            status = 500  # MCP's shapes are the MCP kind's (mcp/traffic.py); other traffic gets a 500
+            body = json.dumps({"message": f"injected {self.kind.value}", "status": status}).encode()
         elif self.kind is FaultKind.MALFORMED:
             body = _MALFORMED_BODY
         else:

@@ -72,7 +72,10 @@ def _is_safe(value: Any) -> bool:
     return not any(t in text for t in _TRIPWIRES)
 
 
-class _Generator:
+class ValueGenerator:
+    """Seeded values for one answer: leaves drawn by their field names (from_template,
+    from_example here; from_schema.py for JSON Schemas)."""
+
     def __init__(self, seed_key: str | bytes) -> None:
         raw = seed_key.encode("utf-8") if isinstance(seed_key, str) else seed_key
         self.rng = random.Random(int.from_bytes(hashlib.sha256(raw).digest()[:8], "big"))
@@ -98,15 +101,15 @@ class _Generator:
         words = [self.rng.choice(_WORDS) for _ in range(self.rng.randint(6, 12))]
         return " ".join(words).capitalize() + "."
 
-    def _date(self) -> str:
+    def date(self) -> str:
         r = self.rng
         return f"{r.randint(2015, 2024)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
 
-    def _datetime(self) -> str:
+    def datetime(self) -> str:
         r = self.rng
-        return f"{self._date()}T{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}Z"
+        return f"{self.date()}T{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}Z"
 
-    def _string_for(self, words: set[str]) -> str:
+    def string_for(self, words: set[str]) -> str:
         r = self.rng
         if words & {"image", "img", "thumbnail", "avatar", "photo", "picture", "icon", "logo", "poster"}:
             return f"https://img.example.com/{self._slug()}.jpg"
@@ -122,9 +125,9 @@ class _Generator:
         if words & {"id", "ids", "code"} and not words & {"country", "currency", "language", "lang"}:
             return self._digits(r.randint(6, 10))
         if words & {"time", "timestamp", "datetime", "at", "created", "updated", "modified"}:
-            return self._datetime()
+            return self.datetime()
         if words & {"date", "published", "released", "birthday", "expires", "expiry"}:
-            return self._date()
+            return self.date()
         if words & {"phone", "mobile", "tel", "telephone", "fax"}:
             return f"+1 555 {self._digits(3)} {self._digits(4)}"
         if "country" in words:
@@ -213,7 +216,7 @@ class _Generator:
         self.budget -= 1
         words = _words_of(key)
         if type_name == "str":
-            return self._safe(lambda: self._string_for(words), "sample")
+            return self._safe(lambda: self.string_for(words), "sample")
         if type_name == "int":
             return self._safe(lambda: self._int_for(words), 7)
         if type_name == "float":
@@ -302,7 +305,7 @@ class _Generator:
         elif stripped.isdigit():
             return self._safe(lambda: self._digits(len(stripped)), "7" * len(stripped))
         self.budget -= 1
-        return self._safe(lambda: self._string_for(words), "sample")
+        return self._safe(lambda: self.string_for(words), "sample")
 
 
 @functools.lru_cache(maxsize=512)
@@ -363,7 +366,7 @@ def simulate_from_template(template_response: Any, seed_key: str | bytes, exampl
     shape; with neither, a short message object. The result is a dict for every dict
     template; following an example keeps the example's type (a list stays a list).
     """
-    gen = _Generator(seed_key)
+    gen = ValueGenerator(seed_key)
     template = _as_template(template_response)
     if template is not None:
         return gen.from_template(template)

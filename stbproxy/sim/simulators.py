@@ -3,7 +3,7 @@
 A simulator gives an answer for a call that the real API could not answer.
 ``LlmSimulator`` (llm_simulator.py, the only importer of openai) asks an OpenAI-compatible
 model to play the API. ``SchemaSimulator`` builds a deterministic answer from the API's
-``template_response`` with no network at all. ``OffSimulator`` refuses. All see a call
+documented answer schema (from_schema.py) or ``template_response``, with no network at all. ``OffSimulator`` refuses. All see a call
 through call_facts.py: redacted, and never its headers.
 """
 
@@ -16,6 +16,7 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim.call_facts import REAL_SOURCES, ExampleCache, body_text, call_facts
 from stbproxy.sim.config import SimulatorConfig
 from stbproxy.sim.llm_simulator import LlmSimulator
+from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.schema import virtual_answer
 from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb.bodies import api_body_response, error_object_response
@@ -48,6 +49,9 @@ class SchemaSimulator:
 
     async def simulate(self, job: SimulationRequest) -> Simulation:
         facts = call_facts(job, self.catalog, self.rules)
+        if facts.doc is not None and facts.doc.output_schema is not None:  # the answer's documented shape
+            value = value_for(facts.doc.output_schema, job.key)
+            return Simulation(api_body_response(value), ok=True, meta={"simulator": "schema"})
         template = facts.doc.template_response if facts.doc else None
         example = None
         if template in (None, "", {}, []):

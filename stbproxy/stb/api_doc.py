@@ -64,6 +64,10 @@ class ApiDoc:
     required_parameters: tuple[Param, ...] = ()
     optional_parameters: tuple[Param, ...] = ()
     template_response: Any = None
+    # JSON Schemas of the arguments and the answer, where the API publishes them (an MCP
+    # tool's inputSchema and outputSchema); a catalog of ToolBench docs has none.
+    input_schema: Any = field(default=None, compare=False)
+    output_schema: Any = field(default=None, compare=False)
     ref: ApiRef = field(init=False, compare=False)
     # Documented parameter name <-> the standardized one agents see in the function
     # schema (ToolBench renames ``id`` to ``is_id``, ``playerId`` to ``playerid``, ...).

@@ -1,4 +1,4 @@
-"""StableToolBench's kind of traffic, and the kinds of traffic a proxy answers.
+"""StableToolBench's kind of traffic.
 
 A request the catalog routes to a RapidAPI-style API is a StableToolBench call: keyed by
 (category, tool, api, canonical arguments) under ToolBench's standardized names, so the
@@ -10,8 +10,6 @@ server answers ``{"error", "response"}``, of which the API's own body is kept.
 
 from __future__ import annotations
 
-import functools
-
 from stbproxy import jsonsafe, keys
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
@@ -20,14 +18,13 @@ from stbproxy.stb import validity
 from stbproxy.stb.bodies import api_body_response
 from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.catalog import Catalog
-from stbproxy.traffic.llm_api import LlmApi
-from stbproxy.traffic.plain_http import PlainHttp, judge_http
-from stbproxy.traffic.seam import Call, Judged, Kinds
+from stbproxy.traffic.plain_http import judge_http
+from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 NAME = "stb"
 
 
-class StableToolBench:
+class StableToolBench(BaseKind):
     name = NAME
 
     def __init__(self, catalog: Catalog | None) -> None:
@@ -58,9 +55,6 @@ class StableToolBench:
             response = api_body_response(obj.get("response"))
         return Judged(response, verdict, meta)
 
-    def miss_document(self, call: Call, explanation: dict) -> dict:
-        return explanation
-
     def describe(self, call: Call) -> ApiDoc | None:
         """The catalog's doc of the call's API (found by name, else by routing its request)."""
         if self.catalog is None:
@@ -70,15 +64,3 @@ class StableToolBench:
             match = self.catalog.route(call.request.method, call.request.url, call.request.headers)
             doc = match.doc if match else None
         return doc
-
-
-@functools.lru_cache(maxsize=16)  # imports key every entry with the same catalog
-def kinds_for(catalog: Catalog | None) -> Kinds:
-    """The kinds of traffic of a proxy with this catalog, in the order they are tried:
-    StableToolBench's (what the catalog routes), LLM APIs, then plain HTTP."""
-    return Kinds((StableToolBench(catalog), LlmApi(), PlainHttp()))
-
-
-def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
-    """The call a proxy with this catalog makes of a proxied request (its key among others)."""
-    return kinds_for(catalog).call(request, rules)

@@ -31,7 +31,7 @@ from stbproxy.private_files import private_dir
 from stbproxy.sessions import expand_record
 from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
 
-ENTRY_PREFIXES = ("http/", "api/")
+ENTRY_PREFIXES = ("http/", "api/", "mcp/")  # plain HTTP, catalog-routed APIs, MCP servers
 LOG_PREFIX = "log/"
 META_PREFIX = "meta/"
 SESSION_PREFIX = "session/"

@@ -26,10 +26,12 @@ class SyncSummary:
     copied: int = 0
     already: int = 0  # the other side had them
     damaged: list[str] = field(default_factory=list)
+    private: int = 0  # answers kept to their caller: never pushed
 
     def line(self, direction: str) -> str:
+        private = f", {self.private} private (kept local)" if self.private else ""
         return (f"{direction}: {self.seen} records looked at, {self.copied} copied, {self.already} already there, "
-                f"{len(self.damaged)} damaged (not copied)")
+                f"{len(self.damaged)} damaged (not copied){private}")
 
 
 def batches(items: Iterable, size: int = BATCH) -> Iterator[list]:
@@ -48,13 +50,14 @@ def local_count(local: Store) -> int:
 
 
 def push(local: Store, shared: SharedBulk, progress: Callable[[int], None] = lambda n: None) -> SyncSummary:
-    """Copy every local record the shared tier lacks into it (pipelined, SET NX)."""
+    """Copy every local record the shared tier lacks into it (pipelined, SET NX); answers
+    kept private to their caller (an MCP call's with credentials) stay local."""
     summary = SyncSummary()
     offered = 0
     with shared.writer() as writer:  # reading and checking here overlaps the writes' round trips
         for prefix in COPIED_PREFIXES:
             for batch in batches(local.records(prefix)):
-                good = _decodable(batch, summary.damaged)
+                good = _decodable(batch, summary.damaged, summary)
                 writer.put(good)
                 offered += len(good)
                 summary.seen += len(batch)
@@ -89,14 +92,19 @@ def shared_catalog(shared: SharedBulk) -> bytes | None:
     return shared.get_document(CATALOG_KEY)
 
 
-def _decodable(records: list[tuple[str, bytes]], damaged: list[str]) -> list[tuple[str, bytes]]:
-    """The records that decode as stored exchanges; each one that does not is noted in ``damaged``."""
+def _decodable(records: list[tuple[str, bytes]], damaged: list[str],
+               pushing: SyncSummary | None = None) -> list[tuple[str, bytes]]:
+    """The records that decode as stored exchanges; each one that does not is noted in
+    ``damaged``. When ``pushing``, private records are left out and counted there."""
     good = []
     for key, value in records:
         try:
-            decode_exchange(key, value)
+            exchange = decode_exchange(key, value)
         except StoreError as exc:
             damaged.append(str(exc))
+            continue
+        if pushing is not None and exchange.meta.get("private"):
+            pushing.private += 1
             continue
         good.append((key, value))
     return good

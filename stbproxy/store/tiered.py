@@ -124,7 +124,8 @@ class TieredStore:
     # writes go to both tiers -------------------------------------------------------------------
     def put(self, exchange: Exchange) -> None:
         self.local.put(exchange)
-        self.shared.set(exchange.key, encode_exchange(exchange))
+        if not exchange.meta.get("private"):  # a caller's own answer stays on this machine
+            self.shared.set(exchange.key, encode_exchange(exchange))
 
     def delete(self, key: str) -> None:
         self.local.delete(key)

@@ -11,15 +11,14 @@ from stbcore.llm_apis import is_openai_compatible
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
 from stbproxy.traffic.plain_http import PlainHttp
-from stbproxy.traffic.seam import Call, Judged
-
+from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 
 def is_openai_endpoint(request: Request) -> bool:
     return is_openai_compatible(request.method, request.url.split("?", 1)[0])
 
 
-class LlmApi:
+class LlmApi(BaseKind):
     name = "llm"
 
     def __init__(self) -> None:
@@ -32,9 +31,6 @@ class LlmApi:
 
     def judge(self, call: Call, response: Response, setting: str) -> Judged:
         return self._http.judge(call, response, setting)
-
-    def describe(self, call: Call) -> None:
-        return None
 
     def miss_document(self, call: Call, explanation: dict) -> dict:
         """The explanation in the message, which the openai client shows, and whole beside it."""

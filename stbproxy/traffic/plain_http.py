@@ -7,10 +7,10 @@ from stbproxy import keys
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
 from stbproxy.stb import validity
-from stbproxy.traffic.seam import Call, Judged
+from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 
-class PlainHttp:
+class PlainHttp(BaseKind):
     name = "http"
 
     def call(self, request: Request, rules: KeyRules) -> Call:
@@ -19,11 +19,8 @@ class PlainHttp:
     def judge(self, call: Call, response: Response, setting: str) -> Judged:
         return judge_http(response, validity.policy_for(setting, stb_traffic=False))
 
-    def miss_document(self, call: Call, explanation: dict) -> dict:
-        return explanation
-
-    def describe(self, call: Call) -> None:
-        return None  # an HTTP API nobody described: the simulator has the request alone
+    # describe() is BaseKind's None: an HTTP API nobody described, which the simulator
+    # answers from the request alone.
 
 
 def judge_http(response: Response, policy: validity.Policy) -> Judged:

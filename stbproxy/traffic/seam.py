@@ -1,14 +1,16 @@
-"""What a kind of traffic is to the engine (TrafficKind), what it makes of a request (Call),
-and the kinds of one proxy, tried in order (Kinds). Pure."""
+"""What a kind of traffic is to the engine (TrafficKind, with BaseKind's defaults), what it
+makes of a request (Call), and the kinds of one proxy, tried in order (Kinds). Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, NamedTuple, Protocol, Sequence
 
 from stbproxy.keys import KeyRules
-from stbproxy.models import ApiRef, Request, Response
+from stbproxy.models import ApiRef, Request, Response, Source
+from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb.api_doc import ApiDoc
+from stbproxy.stb.bodies import error_object_response
 from stbproxy.stb.validity import Verdict
 
 ReplyFormat = Literal["http", "virtual"]
@@ -27,15 +29,24 @@ class Call:
     reply_format: ReplyFormat = "http"  # "virtual": the upstream answers {error, response}
     no_upstream: str = ""  # why ``upstream`` is None, for the simulator and the user
     kind: str = "http"  # the name of the TrafficKind that made it
+    keep: bool = True  # False: passed on every time and never stored (without a real API, local_answer)
+    faultable: bool = True  # whether --faults may fail it
+    private: bool = False  # its answers are its caller's alone: never written to the shared tier
+    facts: Mapping[str, Any] = field(default_factory=dict)  # what its kind read of the request and needs again
 
 
 class Judged(NamedTuple):
-    """A real answer judged: the response to keep, whether it counts as real and why, and
-    the facts to keep beside it (its failure kind, an error text)."""
+    """A real answer judged: the response to keep, whether it counts as real and why, the
+    facts to keep beside it (its failure kind, an error text), and whether it may be stored
+    at all (an answer that only makes sense once is passed on, never kept)."""
 
     response: Response
     verdict: Verdict
     meta: dict
+    keep: bool = True
+
+
+Send = Callable[[Request], Awaitable[tuple[Response, float]]]  # the engine's upstream client
 
 
 class TrafficKind(Protocol):
@@ -58,6 +69,54 @@ class TrafficKind(Protocol):
         """The API the call is made to, for a simulator to answer as it would: its name,
         description, parameters and documented answers (ToolBench's doc fields, which every
         kind fills in as it can), or None when this kind knows nothing of it."""
+
+    def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+        """The answer as this request's client must get it (a stored answer given the
+        request's own JSON-RPC id, say); ``source``: how the engine made it."""
+
+    def local_answer(self, call: Call) -> Response:
+        """The proxy's own answer to a call that is never kept (``keep`` False) when no real
+        API can be asked (replay mode, or it is down)."""
+
+    async def simulate(self, call: Call, simulator: Simulator, reason: str) -> Simulation:
+        """A made-up answer in this kind's shape, from ``simulator``."""
+
+    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
+        """The answer for an injected fault of ``kind`` in this kind's shape, or None for the
+        engine's own (HTTP statuses, no answer at all)."""
+
+    async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
+        """The real API's answer to ``call``, sent with ``send``."""
+
+
+class BaseKind:
+    """What a kind that needs nothing more does: a kind subclasses it and overrides what it
+    shapes itself."""
+
+    name = "base"
+
+    def miss_document(self, call: Call, explanation: dict) -> dict:
+        return explanation
+
+    def describe(self, call: Call) -> ApiDoc | None:
+        return None
+
+    def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+        return response
+
+    def local_answer(self, call: Call) -> Response:
+        return error_object_response(f"stbproxy: no real API can be asked for {call.request.method} "
+                                     f"{call.host or 'this call'}", status=502)
+
+    async def simulate(self, call: Call, simulator: Simulator, reason: str) -> Simulation:
+        return await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
+                                                          doc=self.describe(call)))
+
+    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
+        return None
+
+    async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
+        return await send(call.upstream)
 
 
 class Kinds:

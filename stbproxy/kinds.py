@@ -1,0 +1,31 @@
+"""The kinds of traffic a proxy answers, in the order they are tried: StableToolBench's
+(what the catalog routes), MCP's (JSON-RPC messages of MCP), OpenAI-compatible LLM APIs,
+then plain HTTP, which takes every request. A new kind is one more entry here
+(docs/internals.md, "Adding a kind")."""
+
+from __future__ import annotations
+
+import functools
+
+from stbproxy.keys import KeyRules
+from stbproxy.mcp.traffic import Mcp
+from stbproxy.models import Request
+from stbproxy.stb.catalog import Catalog
+from stbproxy.stb.traffic import StableToolBench
+from stbproxy.traffic.llm_api import LlmApi
+from stbproxy.traffic.plain_http import PlainHttp
+from stbproxy.traffic.seam import Call, Kinds
+
+_KEYING_MCP = Mcp()  # keys need no state: one instance serves every keying-only Kinds
+
+
+@functools.lru_cache(maxsize=16)  # imports key every entry with the same catalog
+def kinds_for(catalog: Catalog | None, mcp: Mcp = _KEYING_MCP) -> Kinds:
+    """The kinds of a proxy with this catalog. ``mcp``: a proxy's own MCP kind (it keeps
+    the tool lists it saw and the sessions it minted); the default one only keys."""
+    return Kinds((StableToolBench(catalog), mcp, LlmApi(), PlainHttp()))
+
+
+def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
+    """The call a proxy with this catalog makes of a proxied request (its key among others)."""
+    return kinds_for(catalog).call(request, rules)

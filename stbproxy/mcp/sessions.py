@@ -1,0 +1,95 @@
+"""Session ids of the session era, when an answer comes from the store.
+
+A server mints a session id in its answer to ``initialize`` and the client sends it on
+every later request. The id is never stored (it is a live session's credential). When
+``initialize`` is answered from the store, the proxy mints a fresh id for the client;
+should a later call of that session need the real server (a miss in virtual mode), the
+proxy opens a session of its own there, with the client's own ``initialize`` when this
+process saw it (else one with the client's protocol version), and sends the server's id
+in place of the one it minted. The map is per process and bounded; a process that never
+saw the minted id opens its own server session the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from stbproxy.errors import UpstreamError
+from stbproxy.mcp.protocol import DEFAULT_SESSION_VERSION, SESSION_HEADER, VERSION_HEADER
+from stbproxy.models import Request, Response
+from stbproxy.recent import Recent
+
+MINTED_PREFIX = "stbproxy-"
+SESSIONS_KEPT = 4096
+CLIENT_INFO = {"name": "stbproxy", "version": "1"}
+
+Send = Callable[[Request], Awaitable[tuple[Response, float]]]
+
+
+@dataclass
+class _Minted:
+    initialize: bytes | None  # the client's own initialize body, when this process saw it
+    real: str | None = None  # the server's session id, once one was opened
+
+
+class SessionMap:
+    def __init__(self) -> None:
+        self._minted: Recent[_Minted] = Recent(SESSIONS_KEPT)
+
+    def mint(self, initialize_body: bytes) -> str:
+        """A fresh session id for a client whose ``initialize`` was answered from the store."""
+        minted = MINTED_PREFIX + secrets.token_hex(16)
+        self._minted.put(minted, _Minted(initialize_body))
+        return minted
+
+    @staticmethod
+    def is_minted(session_id: str | None) -> bool:
+        return bool(session_id) and session_id.startswith(MINTED_PREFIX)
+
+    def real_id(self, minted: str) -> str | None:
+        state = self._minted.get(minted)
+        return state.real if state else None
+
+    def forget(self, minted: str) -> None:
+        self._minted.pop(minted)
+
+    async def send(self, request: Request, send: Send) -> tuple[Response, float]:
+        """Send ``request`` to the server; a minted session id is replaced by the server's
+        own (a session is opened there first when there is none, and again once when the
+        server says it has forgotten it)."""
+        minted = request.header(SESSION_HEADER)
+        if not self.is_minted(minted):
+            return await send(request)
+        real = self.real_id(minted) or await self._open(minted, request, send)
+        response, seconds = await send(_with_session(request, real))
+        if response.status == 404:  # the server ended its session: open another, once
+            real = await self._open(minted, request, send)
+            response, seconds = await send(_with_session(request, real))
+        return response, seconds
+
+    async def _open(self, minted: str, request: Request, send: Send) -> str:
+        state = self._minted.get(minted) or self._minted.put(minted, _Minted(None))
+        version = request.header(VERSION_HEADER) or DEFAULT_SESSION_VERSION
+        body = state.initialize or json.dumps({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": CLIENT_INFO}}).encode()
+        headers = tuple((k, v) for k, v in request.headers
+                        if k.lower() not in (SESSION_HEADER.lower(), VERSION_HEADER.lower(), "content-length"))
+        answer, _ = await send(Request("POST", request.url, headers, body))
+        real = answer.header(SESSION_HEADER)
+        if answer.status != 200 or not real:
+            raise UpstreamError(f"the MCP server at {request.url} opened no session for a client whose "
+                                f"initialize the store answered (HTTP {answer.status})", kind="protocol")
+        notified = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+        await send(Request("POST", request.url, headers + ((SESSION_HEADER, real), (VERSION_HEADER, version)),
+                           notified))
+        state.real = real
+        return real
+
+
+def _with_session(request: Request, session_id: str) -> Request:
+    headers = tuple((k, v) for k, v in request.headers if k.lower() != SESSION_HEADER.lower())
+    return Request(request.method, request.url, headers + ((SESSION_HEADER, session_id),), request.body)

@@ -1,0 +1,305 @@
+"""MCP's kind of traffic: a JSON-RPC message of MCP's to a Streamable HTTP endpoint (or a
+stdio server, mcp/stdio.py), keyed by what chooses its answer and answered in the shape an
+MCP client reads.
+
+- **Kept**: the answers of CACHED_METHODS (protocol.py), keyed by server, method, era and
+  version and the params without the JSON-RPC id or ``_meta``; a call that carried
+  credentials is keyed by a digest of them too, so its answers are its own, and those
+  answers (and any the server marks ``cacheScope: "private"``) never reach the shared tier.
+- **Passed on, never kept**: notifications, ``ping``, the client's answers to a server,
+  MRTR retries (``inputResponses`` / ``requestState``), the session's GET stream and
+  DELETE. When no server can be asked (replay, or it is down) the proxy answers them itself:
+  202 for a notification, ``{}`` for ping, 405 for GET, 200 for DELETE.
+- **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
+  as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
+  proxy's own failures (a replay miss, no server, no simulation) are JSON-RPC errors an MCP
+  client reads at once, with the ``X-Stb-*`` headers saying what happened.
+- **Judged**: a JSON-RPC error the request itself caused (invalid params, unknown method)
+  is a real answer; a server error or ``isError: true`` is a failed one, which virtual mode
+  hands to the simulator as it does other failed answers (``--validity strict``: only the
+  HTTP status counts).
+- **Simulated**: only ``tools/call``, for a tool a stored ``tools/list`` answer describes:
+  arguments that break its ``inputSchema`` get an ``isError`` result naming the problem;
+  otherwise the simulator's answer becomes a ``CallToolResult`` whose ``structuredContent``
+  follows the tool's ``outputSchema`` (an answer that does not is replaced by one made from
+  the schema, and says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Mapping
+
+from stbproxy import json_schema
+from stbproxy.keys import KeyRules
+from stbproxy.mcp import jsonrpc, protocol, sse
+from stbproxy.mcp.jsonrpc import Message
+from stbproxy.mcp.protocol import Era
+from stbproxy.mcp.sessions import SessionMap
+from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool_result, tool_doc
+from stbproxy.models import ApiRef, Request, Response, Source
+from stbproxy.sim.from_schema import value_for
+from stbproxy.sim.simulation import Simulation, SimulationRequest
+from stbproxy.stb import validity
+from stbproxy.stb.validity import FailureKind, Verdict
+from stbproxy.traffic.plain_http import judge_http
+from stbproxy.traffic.seam import BaseKind, Call, Judged
+
+NAME = "mcp"
+# Error codes of the proxy's own answers (the range MCP leaves to implementations).
+REPLAY_MISS, NO_ANSWER, NOT_SIMULATED = -32010, -32011, -32012
+# JSON-RPC errors that say the request was wrong: the server's real answer to it.
+REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
+                            jsonrpc.INVALID_PARAMS, -32002, -32020, -32021, -32022})
+PROXY_FAILURES = frozenset({Source.MISS, Source.ERROR, Source.UNAVAILABLE, Source.SIMULATED_ERROR})
+JSON = (("Content-Type", "application/json"),)
+
+
+class Mcp(BaseKind):
+    name = NAME
+
+    def __init__(self, stored: StoredBodies | None = None) -> None:
+        self.tools = ToolIndex(stored)
+        self.sessions = SessionMap()
+
+    # -- recognising -------------------------------------------------------------------
+    def call(self, request: Request, rules: KeyRules) -> Call | None:
+        if request.method in ("GET", "DELETE"):
+            if request.header(protocol.SESSION_HEADER) is None:
+                return None
+            return self._passed_on(request, request.method, None)
+        if not protocol.is_json_rpc_post(request):
+            return None
+        message = jsonrpc.read(request.body)
+        if message.kind == jsonrpc.RESPONSE:
+            return self._passed_on(request, "response", None) if _speaks_mcp(request) else None
+        if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not protocol.is_mcp_method(message.method):
+            return None
+        if message.kind == jsonrpc.NOTIFICATION:
+            return self._passed_on(request, message.method, None)
+        era = protocol.era_of(message.method, message.params, request.headers)
+        facts = {"method": message.method, "id": message.id, "era": era.name, "version": era.version,
+                 "server": protocol.server_id(request.url)}
+        mismatch = protocol.header_mismatch(message.method, message.params, request.headers, era)
+        if mismatch:
+            return Call(f"mcp-refused/{message.method}", request, None, host=request.host, kind=self.name,
+                        keep=False, faultable=False, facts={**facts, "refused": mismatch})
+        if message.method not in protocol.CACHED_METHODS or protocol.carries_input_responses(message.params):
+            return self._passed_on(request, message.method, message.id, facts)
+        auth = _auth_context(request, rules)
+        key = protocol.key(facts["server"], message.method, message.params, era, auth)
+        name = protocol.named(message.method, message.params)
+        arguments = message.params.get("arguments") if isinstance(message.params, dict) else None
+        is_tool = message.method == "tools/call" and name is not None
+        return Call(key, request, request, ApiRef(protocol.server_id(request.url), name or "", name or "")
+                    if is_tool else None, arguments if isinstance(arguments, dict) else {}, request.host,
+                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts)
+
+    def _passed_on(self, request: Request, what: str, message_id: Any, facts: Mapping | None = None) -> Call:
+        facts = dict(facts or {"method": what, "id": message_id, "server": protocol.server_id(request.url)})
+        return Call(f"mcp-passed/{what}", request, request, host=request.host, kind=self.name, keep=False,
+                    faultable=False, facts=facts)
+
+    # -- judging -----------------------------------------------------------------------
+    def judge(self, call: Call, response: Response, setting: str) -> Judged:
+        judged = judge_http(response, validity.policy_for(setting, stb_traffic=False))
+        if call.facts.get("method") == "tools/list":
+            self.tools.note(call.facts["server"], response)
+        if not judged.verdict.valid or setting == validity.STRICT:
+            return judged
+        answer = answer_object(response)
+        if answer is None:
+            return _failed(judged, "the answer holds no JSON-RPC response", FailureKind.PARSE)
+        result = answer.get("result")
+        keep = not (isinstance(result, dict) and result.get("resultType") == "input_required")
+        meta = dict(judged.meta)
+        if isinstance(result, dict) and result.get("cacheScope") == "private":
+            meta["private"] = True
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            if error.get("code") not in REQUEST_ERRORS:
+                return _failed(judged, f"JSON-RPC error {error.get('code')}: {str(error.get('message'))[:200]}",
+                               FailureKind.OTHER)
+        elif isinstance(result, dict) and result.get("isError") is True:
+            return _failed(judged, f"the tool reported an error: {_result_text(result)[:200]}", FailureKind.OTHER)
+        return Judged(response, judged.verdict, meta, keep=keep)
+
+    # -- serving -----------------------------------------------------------------------
+    def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+        facts = call.facts
+        if facts.get("refused"):
+            return response
+        if source in PROXY_FAILURES and "id" in facts:
+            return self._proxy_failure(call, response, source)
+        if source is not Source.CACHE or facts.get("id") is None:
+            return response
+        if facts.get("method") == "tools/list":
+            self.tools.note(facts["server"], response)
+        body = response.body
+        if sse.is_event_stream(response.header("content-type")):
+            body = sse.with_answer_id(body, lambda _message: True, facts["id"])
+        else:
+            body = jsonrpc.with_id(body, facts["id"])
+        served = Response(response.status, response.headers, body, response.reason)
+        if facts.get("method") == "initialize" and response.header(protocol.SESSION_HEADER) is not None:
+            served = served.with_header(protocol.SESSION_HEADER, self.sessions.mint(call.request.body))
+        return served
+
+    def _proxy_failure(self, call: Call, response: Response, source: Source) -> Response:
+        """A failure of the proxy's own as the JSON-RPC error an MCP client reads at once."""
+        try:
+            document = json.loads(response.body)
+        except ValueError:
+            document = {"error": response.body.decode("utf-8", "replace")}
+        code = {Source.MISS: REPLAY_MISS, Source.ERROR: NO_ANSWER}.get(source, NOT_SIMULATED)
+        text = _failure_text(source, call, document)
+        body = jsonrpc.error_body(call.facts["id"], code, text, document)
+        headers = tuple((k, v) for k, v in response.headers if k.lower() not in ("content-type", "content-length"))
+        return Response(200, headers + JSON, body)
+
+    def local_answer(self, call: Call) -> Response:
+        """What the proxy answers itself when no server can be asked for a passed-on message."""
+        facts = call.facts
+        if facts.get("refused"):
+            return Response(400, JSON, jsonrpc.error_body(facts.get("id"), jsonrpc.HEADER_MISMATCH,
+                                                          f"Header mismatch: {facts['refused']}"))
+        what = facts.get("method")
+        if call.request.method == "GET":
+            return Response(405, (("Allow", "POST, DELETE"),) + JSON, b"")
+        if call.request.method == "DELETE":
+            minted = call.request.header(protocol.SESSION_HEADER)
+            if minted:
+                self.sessions.forget(minted)
+            return Response(200, JSON, b"")
+        if facts.get("id") is None:
+            return Response(202, JSON, b"")  # a notification, or the client's answer to a server
+        if what == "ping":
+            return Response(200, JSON, jsonrpc.result_body(facts["id"], {}))
+        return Response(200, JSON, jsonrpc.error_body(
+            facts["id"], NO_ANSWER, f"stbproxy: {what} is always passed on to the server, and none can be asked"))
+
+    async def send_upstream(self, call: Call, send) -> tuple[Response, float]:
+        return await self.sessions.send(call.upstream, send)
+
+    # -- simulating --------------------------------------------------------------------
+    def describe(self, call: Call):
+        tool = self._tool(call)
+        return tool_doc(_server_name(call), tool) if tool is not None else None
+
+    async def simulate(self, call: Call, simulator, reason: str) -> Simulation:
+        facts = call.facts
+        if facts.get("method") != "tools/call" or call.api is None:
+            return Simulation(self._error(call, NOT_SIMULATED, f"stbproxy: the MCP server cannot answer ({reason}), "
+                                                               f"and only tools/call is simulated"),
+                              ok=False, attempted=False)
+        tool = self._tool(call)
+        if tool is None:
+            return Simulation(self._error(call, jsonrpc.INVALID_PARAMS, (
+                f"Unknown tool: {call.api.api} (the MCP server cannot answer ({reason}), and no tools/list "
+                "answer of it that the proxy kept lists this tool)")), ok=False, attempted=False)
+        schema = tool.get("inputSchema")
+        problem = json_schema.problem(call.args, schema) if isinstance(schema, dict) else None
+        if problem is not None:
+            result = call_tool_result(f"Invalid arguments for tool {call.api.api}: {problem}", tool, is_error=True)
+            return Simulation(self._result(call, result), ok=True, meta={"simulator": "input-check"})
+        doc = tool_doc(_server_name(call), tool)
+        made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason, doc=doc))
+        if not made.ok:
+            return Simulation(self._error(call, NOT_SIMULATED, _body_text(made.response)), ok=False,
+                              meta=made.meta, attempted=made.attempted)
+        value = _value_of(made.response)
+        meta = dict(made.meta)
+        output = tool.get("outputSchema")
+        if output is not None:
+            problem = json_schema.problem(value, output)
+            if problem is not None:  # the simulator's answer breaks the promise: one from the schema
+                value = value_for(output, call.key)
+                meta = {**meta, "simulator": "schema", "replaced": f"{meta.get('simulator', 'the simulator')}'s "
+                                                                  f"answer broke the outputSchema at {problem}"}
+        return Simulation(self._result(call, call_tool_result(value, tool)), ok=True, meta=meta)
+
+    def _tool(self, call: Call) -> dict | None:
+        if call.api is None:
+            return None
+        server = call.facts["server"]
+        return self.tools.tool(server, call.api.api, protocol.key_prefix(server, "tools/list"))
+
+    # -- faults ------------------------------------------------------------------------
+    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
+        """An injected fault as a tool error result or a JSON-RPC error (other fault kinds
+        answer as HTTP, which an MCP client also sees)."""
+        if kind == "tool-error":
+            return self._result(call, {"content": [{"type": "text", "text": f"Injected fault ({rule}): the tool "
+                                                                            "failed."}], "isError": True})
+        if kind == "rpc-error":
+            return self._error(call, jsonrpc.INTERNAL_ERROR, f"Injected fault ({rule}): internal error")
+        return None
+
+    def _result(self, call: Call, result: dict) -> Response:
+        return Response(200, JSON, jsonrpc.result_body(call.facts.get("id"), result))
+
+    def _error(self, call: Call, code: int, text: str) -> Response:
+        return Response(200, JSON, jsonrpc.error_body(call.facts.get("id"), code, text))
+
+
+def _speaks_mcp(request: Request) -> bool:
+    return request.header(protocol.SESSION_HEADER) is not None or request.header(protocol.VERSION_HEADER) is not None
+
+
+def _auth_context(request: Request, rules: KeyRules) -> str:
+    """A digest of the credentials a request carries (empty when it carries none): calls
+    with other credentials get other answers; the values themselves are never kept."""
+    values = sorted((name.lower(), value) for name, value in request.headers
+                    if name.lower() in rules.secret_headers and name.lower() not in ("proxy-authorization",
+                                                                                     "mcp-session-id"))
+    if not values:
+        return ""
+    material = json.dumps(values).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(rules.auth_salt + material).hexdigest()[:24]
+
+
+def _failed(judged: Judged, reason: str, failure: FailureKind) -> Judged:
+    verdict = Verdict(False, reason, failure)
+    return Judged(judged.response, verdict, {**judged.meta, "failure": failure.value})
+
+
+def _result_text(result: dict) -> str:
+    content = result.get("content")
+    if isinstance(content, list):
+        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return ""
+
+
+def _failure_text(source: Source, call: Call, document: Any) -> str:
+    what = call.facts.get("method", "the call")
+    if source is Source.MISS:
+        return f"stbproxy replay: no stored answer for {what} (the error's data says what was closest)"
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return document["error"]
+    return f"stbproxy: no answer for {what}"
+
+
+def _server_name(call: Call) -> str:
+    return str(call.facts.get("server", call.host))
+
+
+def _value_of(response: Response) -> Any:
+    """A simulator's answer as a value: JSON when it says so, else its text."""
+    text = response.body.decode("utf-8", "replace")
+    if "json" in (response.header("content-type") or "").lower():
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _body_text(response: Response) -> str:
+    try:
+        document = json.loads(response.body)
+    except ValueError:
+        return response.body.decode("utf-8", "replace")
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return document["error"]
+    return json.dumps(document)[:500]
