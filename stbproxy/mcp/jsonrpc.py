@@ -79,7 +79,9 @@ def answer_of(body: bytes) -> dict | None:
         value = jsonsafe.loads(body)
     except (ValueError, UnicodeDecodeError):
         return None
-    return value if isinstance(value, dict) and ("result" in value or "error" in value) else None
+    if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
+        return None
+    return value if "result" in value or "error" in value else None
 
 
 def with_id(text: bytes, new_id: Any) -> bytes:

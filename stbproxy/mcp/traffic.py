@@ -7,9 +7,10 @@ MCP client reads.
   credentials is keyed by a digest of them too, so its answers are its own, and those
   answers (and any the server marks ``cacheScope: "private"``) never reach the shared tier.
 - **Passed on, never kept**: notifications, ``ping``, the client's answers to a server,
-  MRTR retries (``inputResponses`` / ``requestState``), the session's GET stream and
-  DELETE. When no server can be asked (replay, or it is down) the proxy answers them itself:
-  202 for a notification, ``{}`` for ping, 405 for GET, 200 for DELETE.
+  MRTR retries (``inputResponses`` / ``requestState``), a session's DELETE. When no server
+  can be asked (replay, or it is down) the proxy answers them itself: 202 for a
+  notification, ``{}`` for ping, 200 for DELETE. A session's GET stream (what a server
+  starts itself: list changes, its own requests) is not carried: 405, in every mode.
 - **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
   as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
   proxy's own failures (a replay miss, no server, no simulation) are JSON-RPC errors an MCP
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any, Mapping
 
 from stbproxy import json_schema
@@ -41,7 +43,6 @@ from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.simulation import Simulation, SimulationRequest
-from stbproxy.stb import validity
 from stbproxy.stb.validity import FailureKind, Verdict
 from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
@@ -68,7 +69,10 @@ class Mcp(BaseKind):
         if request.method in ("GET", "DELETE"):
             if request.header(protocol.SESSION_HEADER) is None:
                 return None
-            return self._passed_on(request, request.method, None)
+            call = self._passed_on(request, request.method, None)
+            # The session's GET stream carries only what a server starts itself (list changes,
+            # its own requests), never an answer: the proxy offers none (405), in every mode.
+            return replace(call, upstream=None) if request.method == "GET" else call
         if not protocol.is_json_rpc_post(request):
             return None
         message = jsonrpc.read(request.body)
@@ -103,14 +107,14 @@ class Mcp(BaseKind):
 
     # -- judging -----------------------------------------------------------------------
     def judge(self, call: Call, response: Response, setting: str) -> Judged:
-        judged = judge_http(response, validity.policy_for(setting, stb_traffic=False))
+        judged = judge_http(response, "strict")  # the HTTP status first; the JSON-RPC answer below
         if call.facts.get("method") == "tools/list":
             self.tools.note(call.facts["server"], response)
-        if not judged.verdict.valid or setting == validity.STRICT:
+        if not judged.verdict.valid or setting == "strict":
             return judged
         answer = answer_object(response)
         if answer is None:
-            return _failed(judged, "the answer holds no JSON-RPC response", FailureKind.PARSE)
+            return _failed(judged, "the answer holds no JSON-RPC response", FailureKind.PARSING_ERROR)
         result = answer.get("result")
         keep = not (isinstance(result, dict) and result.get("resultType") == "input_required")
         meta = dict(judged.meta)
@@ -147,7 +151,11 @@ class Mcp(BaseKind):
         return served
 
     def _proxy_failure(self, call: Call, response: Response, source: Source) -> Response:
-        """A failure of the proxy's own as the JSON-RPC error an MCP client reads at once."""
+        """A failure of the proxy's own as the JSON-RPC error an MCP client reads at once
+        (one this kind made already, as for an unknown tool, stays as it is)."""
+        made = jsonrpc.answer_of(response.body)
+        if made is not None and "error" in made:
+            return Response(200, response.headers, jsonrpc.with_id(response.body, call.facts["id"]), response.reason)
         try:
             document = json.loads(response.body)
         except ValueError:

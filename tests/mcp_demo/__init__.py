@@ -1,0 +1,79 @@
+"""A real MCP server and client (the official SDK's) for the tests, run as processes, and
+the helpers that start and stop them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SERVER = HERE / "server.py"
+CLIENT = HERE / "client.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class McpServer:
+    """The demo server on a loopback port (Streamable HTTP at /mcp), as a process of its own."""
+
+    def __init__(self, folder: Path, *flags: str) -> None:
+        self.port = free_port()
+        self.calls_file = folder / f"calls-{self.port}.txt"
+        self.flags = flags
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def calls(self) -> list[str]:
+        """The tools/call requests that reached the server, in order."""
+        return self.calls_file.read_text().split() if self.calls_file.exists() else []
+
+    def __enter__(self) -> McpServer:
+        self.process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(self.port), "--calls",
+                                         str(self.calls_file), *self.flags], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the MCP server exited: {self.process.stderr.read()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the MCP server did not listen within 30 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def run_client(plan: dict, env: dict[str, str], expect_ok: bool = True) -> list:
+    """Run the SDK client with the proxy environment ``env`` (and none of the caller's own
+    proxy settings); what it printed."""
+    clean = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
+    result = subprocess.run([sys.executable, str(CLIENT), json.dumps(plan)], env={**clean, **env},
+                            capture_output=True, text=True, timeout=120)
+    if expect_ok:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)

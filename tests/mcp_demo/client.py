@@ -1,0 +1,77 @@
+"""An unmodified MCP client (the official SDK's), configured only by its environment
+(HTTP_PROXY / HTTPS_PROXY, SSL_CERT_FILE), that runs a plan and prints what it got.
+
+    python tests/mcp_demo/client.py '{"url": "http://127.0.0.1:8123/mcp", "steps": [...]}'
+    python tests/mcp_demo/client.py '{"stdio": ["python", "server.py", "--stdio"], "steps": [...]}'
+
+Steps: ["tools"], ["call", NAME, ARGUMENTS], ["read", URI], ["prompt", NAME, ARGUMENTS].
+Each result is printed as JSON (the SDK's model, without None fields); a JSON-RPC error as
+{"error": {"code", "message"}}; a client-side failure (a result the client refused) as
+{"refused": TEXT}. Nothing waits forever: every request has a read timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import timedelta
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+TIMEOUT = timedelta(seconds=20)
+
+
+async def run(plan: dict) -> list:
+    if "stdio" in plan:
+        command, *args = plan["stdio"]
+        transport = stdio_client(StdioServerParameters(command=command, args=args, env=plan.get("env")))
+    else:
+        transport = streamablehttp_client(plan["url"], headers=plan.get("headers"))
+    out = []
+    async with transport as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
+            init = await session.initialize()
+            out.append({"initialized": init.serverInfo.name, "protocol": init.protocolVersion})
+            for step in plan["steps"]:
+                out.append(await one(session, step))
+    return out
+
+
+async def one(session: ClientSession, step: list):
+    try:
+        if step[0] == "tools":
+            result = await session.list_tools()
+        elif step[0] == "call":
+            result = await session.call_tool(step[1], step[2])
+        elif step[0] == "read":
+            result = await session.read_resource(step[1])
+        elif step[0] == "prompt":
+            result = await session.get_prompt(step[1], step[2])
+        else:
+            raise ValueError(f"unknown step {step[0]}")
+    except McpError as exc:
+        return {"error": {"code": exc.error.code, "message": exc.error.message}}
+    except RuntimeError as exc:  # e.g. structured content that breaks the tool's outputSchema
+        return {"refused": str(exc)}
+    return result.model_dump(mode="json", exclude_none=True)
+
+
+def main() -> None:
+    plan = json.loads(sys.argv[1])
+    try:
+        results = anyio.run(run, plan)
+    except BaseException as exc:  # anyio wraps failures in groups: say what failed, nothing more
+        print(json.dumps({"failed": repr(exc)}))
+        sys.exit(1)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    asyncio.set_event_loop_policy(None)
+    main()

@@ -1,0 +1,95 @@
+"""A real MCP server for the tests, built with the official SDK's FastMCP: tools with and
+without an outputSchema, one that fails, one that echoes the caller's credentials, a
+resource and a prompt.
+
+    python tests/mcp_demo/server.py --port 8123 [--json] [--stateless]   # Streamable HTTP at /mcp
+    python tests/mcp_demo/server.py --stdio                               # over stdin/stdout
+
+Every call is counted in the file named by --calls (one line per tools/call), so a test
+can tell which calls reached the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TypedDict
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+
+class Sum(BaseModel):
+    total: int
+    note: str
+
+
+class Forecast(TypedDict):
+    city: str
+    days: int
+    summary: str
+    high_c: float
+
+
+def build(port: int, json_response: bool, stateless: bool, calls: str | None) -> FastMCP:
+    server = FastMCP("demo", host="127.0.0.1", port=port, json_response=json_response, stateless_http=stateless,
+                     log_level="WARNING")
+
+    def count(name: str) -> None:
+        if calls:
+            with open(calls, "a", encoding="utf-8") as handle:
+                handle.write(name + "\n")
+
+    @server.tool(description="Add two integers.")
+    def add(a: int, b: int) -> Sum:
+        count("add")
+        return Sum(total=a + b, note=f"{a}+{b}")
+
+    @server.tool(description="The weather forecast for a city.")
+    def forecast(city: str, days: int = Field(default=1, ge=1, le=7)) -> Forecast:
+        count("forecast")
+        return Forecast(city=city, days=days, summary=f"sunny in {city}", high_c=21.5)
+
+    @server.tool(description="Shout a word back.", structured_output=False)
+    def shout(word: str) -> str:
+        count("shout")
+        return word.upper() + "!"
+
+    @server.tool(description="Always fails.")
+    def broken(reason: str) -> str:
+        count("broken")
+        raise ToolError(f"broken on purpose: {reason}")
+
+    @server.tool(description="Tells who called: echoes the caller's credentials, as careless APIs do.",
+                 structured_output=False)
+    def whoami(ctx: Context) -> str:
+        count("whoami")
+        request = ctx.request_context.request
+        headers = request.headers if request is not None else {}
+        return f"you called with authorization={headers.get('authorization')} api-key={headers.get('x-api-key')}"
+
+    @server.resource("demo://info", mime_type="text/plain")
+    def info() -> str:
+        return "hello from the demo resource"
+
+    @server.prompt()
+    def review(code: str) -> str:
+        return f"Please review:\n{code}"
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="answer requests with JSON instead of SSE")
+    parser.add_argument("--stateless", action="store_true")
+    parser.add_argument("--stdio", action="store_true")
+    parser.add_argument("--calls")
+    args = parser.parse_args()
+    server = build(args.port, args.json, args.stateless, args.calls)
+    server.run(transport="stdio" if args.stdio else "streamable-http")
+
+
+if __name__ == "__main__":
+    main()

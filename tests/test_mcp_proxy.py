@@ -1,0 +1,92 @@
+"""MCP through the proxy, with the official SDK's client and a FastMCP server, both real
+processes on loopback, the client configured only by HTTP_PROXY: record, replay after the
+server is gone (in a new client session, in another order), simulate a tool call the
+server never answered, inject faults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stbproxy.store.embedded import Store
+from tests.mcp_demo import McpServer, run_client
+from tests.servers import ProxyProcess
+
+pytestmark = pytest.mark.integration
+
+CALLS = [["tools"], ["call", "add", {"a": 2, "b": 3}], ["call", "forecast", {"city": "Oslo", "days": 3}],
+         ["call", "shout", {"word": "hey"}], ["read", "demo://info"], ["prompt", "review", {"code": "x = 1"}]]
+
+
+def plan(server_url: str, steps: list) -> dict:
+    return {"url": server_url, "steps": steps}
+
+
+@pytest.mark.parametrize("answers", ["sse", "json"])
+def test_recorded_calls_replay_identically_after_the_server_is_gone(tmp_path, answers):
+    store = tmp_path / "store"
+    with McpServer(tmp_path, *(["--json"] if answers == "json" else [])) as server:
+        with ProxyProcess(store, "--mode", "record", "--session", "rec") as proxy:
+            recorded = run_client(plan(server.url, CALLS), proxy.client_env())
+        assert server.calls() == ["add", "forecast", "shout"]
+    assert recorded[0]["initialized"] == "demo"
+    assert recorded[2]["structuredContent"] == {"total": 5, "note": "2+3"}
+
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        again = run_client(plan(server.url, CALLS), proxy.client_env())
+        # the same calls in another order: other JSON-RPC ids, the same answers
+        shuffled = run_client(plan(server.url, [CALLS[3], CALLS[1], CALLS[5], CALLS[2]]), proxy.client_env())
+    assert again == recorded
+    assert shuffled[1:] == [recorded[4], recorded[2], recorded[6], recorded[3]]
+
+
+def test_a_replay_miss_is_an_error_the_client_reads_at_once(tmp_path):
+    store = tmp_path / "store"
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            run_client(plan(server.url, [["tools"], ["call", "add", {"a": 1, "b": 1}]]), proxy.client_env())
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        got = run_client(plan(server.url, [["call", "add", {"a": 1, "b": 2}]]), proxy.client_env())
+    assert got[1]["error"]["code"] == -32010
+    assert "no stored answer for tools/call" in got[1]["error"]["message"]
+
+
+def test_a_tool_call_the_server_never_answered_is_simulated_from_its_stored_tool_list(tmp_path):
+    store = tmp_path / "store"
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            run_client(plan(server.url, [["tools"]]), proxy.client_env())
+    # the server is gone; virtual mode: the store first, else the simulator
+    with ProxyProcess(store, "--simulator", "schema", "--session", "sim") as proxy:
+        got = run_client(plan(server.url, [["call", "forecast", {"city": "Rome", "days": 2}],
+                                           ["call", "forecast", {"city": "Rome", "days": 2}],
+                                           ["call", "forecast", {"city": "Rome", "days": 9}],
+                                           ["call", "add", {"a": 1}],
+                                           ["call", "nosuchtool", {}]]), proxy.client_env())
+    simulated, again, out_of_range, missing_b, unknown = got[1:]
+    # the SDK client checked structuredContent against the tool's outputSchema itself
+    assert set(simulated["structuredContent"]) == {"city", "days", "summary", "high_c"}
+    assert simulated["isError"] is False and again == simulated  # deterministic, and stored
+    assert out_of_range["isError"] is True and "Invalid arguments for tool forecast" in \
+        out_of_range["content"][0]["text"] and "/days" in out_of_range["content"][0]["text"]
+    assert missing_b["isError"] is True and "'b' is a required property" in missing_b["content"][0]["text"]
+    assert unknown["error"]["code"] == -32602 and "Unknown tool: nosuchtool" in unknown["error"]["message"]
+    with Store(store, readonly=True) as db:
+        sources = {e.source.value for e in db.scan("mcp/") if "/tools/call/" in e.key}
+        assert sources == {"simulated"}
+
+
+def test_faults_fail_mcp_tools_as_mcp_does(tmp_path):
+    store = tmp_path / "store"
+    calls = [["call", "add", {"a": 2, "b": 3}], ["call", "shout", {"word": "x"}]]
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            run_client(plan(server.url, [["tools"], *calls]), proxy.client_env())
+    with ProxyProcess(store, "--mode", "replay", "--faults", "tool-error,tool=add") as proxy:
+        got = run_client(plan(server.url, calls), proxy.client_env())
+    assert got[1]["isError"] is True and "Injected fault" in got[1]["content"][0]["text"]
+    assert got[2]["content"][0]["text"] == "X!"  # another tool: untouched
+    with ProxyProcess(store, "--mode", "replay", "--faults", "rpc-error") as proxy:
+        got = run_client(plan(server.url, calls), proxy.client_env())
+    assert got[1]["error"]["code"] == -32603 and got[2]["error"]["code"] == -32603
