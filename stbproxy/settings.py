@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +19,7 @@ from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DE
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
+from stbproxy.store.embedded import auth_salt
 from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.stb.validity import AUTO, CHOICES
@@ -124,8 +125,10 @@ class Settings:
         return self.catalog or catalog_path_for(self.store)
 
     def key_rules(self) -> KeyRules:
-        return KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields,
-                              self.not_secret_fields, self.not_secret_headers)
+        rules = KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields,
+                               self.not_secret_fields, self.not_secret_headers)
+        salt = auth_salt(self.store) if self.cassette is None else b""
+        return replace(rules, auth_salt=salt) if salt else rules
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

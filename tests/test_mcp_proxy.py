@@ -12,6 +12,7 @@ import pytest
 from stbproxy.store.embedded import Store
 from tests.mcp_demo import McpServer, run_client
 from tests.servers import ProxyProcess
+from tests.test_secret_forms import forbidden, leaks
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +91,66 @@ def test_faults_fail_mcp_tools_as_mcp_does(tmp_path):
     with ProxyProcess(store, "--mode", "replay", "--faults", "rpc-error") as proxy:
         got = run_client(plan(server.url, calls), proxy.client_env())
     assert got[1]["error"]["code"] == -32603 and got[2]["error"]["code"] == -32603
+
+
+def test_credentials_are_never_kept_and_the_answers_to_them_stay_private(tmp_path, redis_server):
+    token, api_key = "Tok3n/with+slash==", "K3y-Value-Zeta77"
+    headers = {"Authorization": f"Bearer {token}", "X-Api-Key": api_key}
+    forms = {token: forbidden(token), api_key: forbidden(api_key)}
+    store = tmp_path / "store"
+    steps = [["tools"], ["call", "whoami", {}], ["call", "add", {"a": 1, "b": 2}]]
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record", "--shared", redis_server.url) as proxy:
+            live = run_client({"url": server.url, "headers": headers, "steps": steps}, proxy.client_env())
+    # the server's own answer reached the client as it was (it echoes the credentials) ...
+    assert token in live[2]["content"][0]["text"] and api_key in live[2]["content"][0]["text"]
+    # ... and nothing kept holds a credential, in any form it could be written in
+    assert store_leaks(store, forms) == []
+    values = redis_values(redis_server.url)
+    assert [leak for value in values for leak in leaks(value, forms)] == []
+    assert not [key for key in values if key.startswith(b"mcp/")], "a private answer reached the shared tier"
+    with Store(store, readonly=True) as db:
+        kept = list(db.scan("mcp/"))
+    assert kept and all(e.meta.get("private") for e in kept)
+    assert any("REDACTED" in e.response.body.decode() for e in kept if "/whoami/" in e.key)
+
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        same = run_client({"url": server.url, "headers": headers, "steps": steps[2:]}, proxy.client_env())
+        other = run_client({"url": server.url, "headers": {"Authorization": "Bearer another-token-9"},
+                            "steps": steps[2:]}, proxy.client_env())
+    assert same[1] == live[3]  # the same credentials: their own answers
+    assert other[0]["initialize_error"]["code"] == -32010  # others: nothing of theirs is stored
+
+
+def store_leaks(store, forms) -> list:
+    """Credentials in the store's files as written, and in every record decoded."""
+    found = []
+    for path in store.rglob("*"):
+        if path.is_file():
+            found += [(path.name, *leak) for leak in leaks(path.read_bytes(), forms)]
+    with Store(store, readonly=True) as db:
+        for exchange in db.entries():
+            text = json.dumps([exchange.request.url, exchange.request.headers, exchange.response.headers,
+                               exchange.request.body.decode("utf-8", "replace"),
+                               exchange.response.body.decode("utf-8", "replace"), exchange.meta])
+            found += [(exchange.key, *leak) for leak in leaks(text, forms)]
+    return found
+
+
+def redis_values(url: str) -> dict[bytes, bytes]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        out = {}
+        for key in client.scan_iter(count=1000):
+            kind = client.type(key).decode()
+            if kind == "string":
+                out[key] = client.get(key) or b""
+            elif kind == "list":
+                out[key] = b"\n".join(client.lrange(key, 0, -1))
+            else:
+                out[key] = client.dump(key) or b""
+        return out
+    finally:
+        client.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections import Counter
@@ -36,6 +37,7 @@ LOG_PREFIX = "log/"
 META_PREFIX = "meta/"
 SESSION_PREFIX = "session/"
 DEFAULT_STORE = Path(".stbproxy") / "store"
+AUTH_SALT_FILE = "auth-salt"  # beside RocksDB's files, which it ignores (as catalog.json)
 _SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round-trip
 
 
@@ -107,7 +109,9 @@ class Store(OneTier):
                 return Rdict(str(self.path), options, access_type=AccessType.read_only())
             private_dir(self.path)  # recorded traffic is for the owner only
             options.create_if_missing(True)
-            return Rdict(str(self.path), options)
+            db = Rdict(str(self.path), options)
+            ensure_auth_salt(self.path)
+            return db
         except StoreError:
             raise
         except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
@@ -403,3 +407,24 @@ def directory_size(path: Path) -> int:
             except OSError:
                 pass  # RocksDB may delete an obsolete file while we walk
     return total
+
+
+def ensure_auth_salt(path: Path) -> None:
+    """Give the store its own random salt for digests of credentials (keys.KeyRules.auth_salt),
+    written once, readable by its owner alone."""
+    try:
+        fd = os.open(path / AUTH_SALT_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot write {path / AUTH_SALT_FILE}: {exc}") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secrets.token_bytes(32))
+
+
+def auth_salt(path: str | os.PathLike) -> bytes:
+    """The store's salt for digests of credentials; empty for a store that has none yet."""
+    try:
+        return (Path(path) / AUTH_SALT_FILE).read_bytes()
+    except OSError:
+        return b""

@@ -36,7 +36,10 @@ async def run(plan: dict) -> list:
     async with transport as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
-            init = await session.initialize()
+            try:
+                init = await session.initialize()
+            except McpError as exc:
+                return [{"initialize_error": {"code": exc.error.code, "message": exc.error.message}}]
             out.append({"initialized": init.serverInfo.name, "protocol": init.protocolVersion})
             for step in plan["steps"]:
                 out.append(await one(session, step))
