@@ -6,6 +6,7 @@ server never answered, inject faults."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -154,3 +155,23 @@ def redis_values(url: str) -> dict[bytes, bytes]:
         return out
     finally:
         client.close()
+
+
+def test_a_session_the_store_opened_reaches_the_live_server_for_a_miss(tmp_path):
+    store = tmp_path / "store"
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            run_client(plan(server.url, [["tools"], ["call", "add", {"a": 1, "b": 2}]]), proxy.client_env())
+        # virtual mode, the server up: initialize and tools/list come from the store (a session
+        # id minted by the proxy), the new call goes to the server in a session of its own
+        with ProxyProcess(store, "--session", "mixed") as proxy:
+            got = run_client(plan(server.url, [["tools"], ["call", "add", {"a": 1, "b": 2}],
+                                               ["call", "forecast", {"city": "Rome"}]]), proxy.client_env())
+        assert server.calls() == ["add", "forecast"]  # the stored add was not asked again
+    assert got[3]["structuredContent"]["summary"] == "sunny in Rome"
+    with Store(store, readonly=True) as db:
+        sources = Counter(r["source"] for r in db.session_records("mixed"))
+    # from the store: initialize, tools/list, add; answered by the proxy: the initialized
+    # notification and the GET stream (405), the session having no server session yet; the
+    # DELETE at the end goes to the server session the forecast call opened
+    assert sources == {"cache": 3, "local": 2, "upstream": 1, "passthrough": 1}

@@ -102,7 +102,12 @@ class Mcp(BaseKind):
 
     def _passed_on(self, request: Request, what: str, message_id: Any, facts: Mapping | None = None) -> Call:
         facts = dict(facts or {"method": what, "id": message_id, "server": protocol.server_id(request.url)})
-        return Call(f"mcp-passed/{what}", request, request, host=request.host, kind=self.name, keep=False,
+        # A session the store opened has no server session until a call needs the server:
+        # what only concerns the session (its notifications, its end) is answered here.
+        minted = request.header(protocol.SESSION_HEADER)
+        unopened = self.sessions.is_minted(minted) and self.sessions.real_id(minted) is None
+        upstream = None if unopened and message_id is None else request
+        return Call(f"mcp-passed/{what}", request, upstream, host=request.host, kind=self.name, keep=False,
                     faultable=False, facts=facts)
 
     # -- judging -----------------------------------------------------------------------
