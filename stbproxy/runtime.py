@@ -151,6 +151,8 @@ class Runtime:
             parts.append(f"simulator {self.simulator_description}")
         if s.mode is not Mode.REPLAY:
             parts.append(f"real /virtual calls: {self.virtual.real_calls()}")
+        for name, url in s.mcp_servers().items():
+            parts.append(f"MCP /mcp/{name} -> {url}")
         if s.refresh_simulated:
             parts.append("asking real APIs again for simulated answers")
         if s.faults:

@@ -16,6 +16,7 @@ from stbproxy.sim.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
+from stbproxy.mcp.endpoints import parse_specs
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
@@ -51,6 +52,7 @@ class Settings:
     fault_seed: int = 0
     catalog: Path | None = None  # None: catalog.json in the store's folder, when it exists
     toolbench_url: str | None = None
+    mcp: tuple[str, ...] = ()  # NAME=URL: MCP servers answered at the proxy's own /mcp/NAME
     session: str | None = None  # for requests that name none; None: one per run
     cassette: Path | None = None  # replay this cassette instead of the store
     ordered: bool = False  # cassette replay: the n-th request with a key gets the n-th answer
@@ -103,6 +105,7 @@ class Settings:
                               setting="cassette")
         check_url(self.upstream_proxy, "upstream_proxy", ("http", "https", "socks5", "socks5h"))
         check_url(self.toolbench_url, "toolbench_url", ("http", "https"))
+        self.mcp_servers()  # a malformed NAME=URL is refused at start
         if self.refresh_simulated and self.mode is not Mode.VIRTUAL:
             raise ConfigError(f"refreshing simulated answers needs mode virtual (mode {self.mode.value} never "
                               "simulates)", setting="refresh_simulated")
@@ -114,6 +117,10 @@ class Settings:
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
                               setting="session")
+
+    def mcp_servers(self) -> dict[str, str]:
+        """``--mcp`` as {name: URL}."""
+        return parse_specs(self.mcp)
 
     def shared_url(self) -> SharedUrl | None:
         return None if self.shared is None else parse_shared_url(self.shared)

@@ -9,6 +9,7 @@ import pytest
 
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.protocol import SESSION_ERA, STATELESS_ERA, Era
+from stbproxy.models import Request
 
 # -- JSON-RPC ------------------------------------------------------------------------------
 
@@ -147,3 +148,27 @@ def test_stateless_headers_must_say_what_the_body_says():
     # the session era has no such rule
     assert protocol.header_mismatch("tools/call", {"name": "add"}, (("Mcp-Name", "sub"),),
                                     Era(SESSION_ERA, "2025-11-25")) is None
+
+
+# -- serve --mcp NAME=URL ----------------------------------------------------------------------
+
+def test_local_endpoint_specs_and_paths():
+    from stbproxy.errors import ConfigError
+    from stbproxy.mcp import endpoints
+
+    assert endpoints.parse_specs(["demo=http://127.0.0.1:9/mcp", "b.2=https://tools.example/mcp"]) == {
+        "demo": "http://127.0.0.1:9/mcp", "b.2": "https://tools.example/mcp"}
+    for bad, named in (("demo", "NAME=URL"), ("a b=http://h/mcp", "NAME=URL"), ("x=ftp://h/mcp", "not an http"),
+                       ("x=http:///mcp", "not an http"), ("x=http://h/a;x=http://h/b", "")):
+        specs = bad.split(";")
+        with pytest.raises(ConfigError, match=named or "given twice"):
+            endpoints.parse_specs(specs)
+    assert endpoints.local_target("/mcp/demo") == ("demo", None)
+    assert endpoints.local_target("/mcp/demo/?x=1") == ("demo", None)
+    assert endpoints.local_target("/s/run%201/mcp/demo") == ("demo", "run 1")
+    assert endpoints.local_target("/mcp") is None and endpoints.local_target("/virtual") is None
+    sent = endpoints.to_server(Request("POST", "http://127.0.0.1:8080/mcp/demo", (("Host", "127.0.0.1:8080"),
+                                                                                 ("Accept", "*/*")), b"{}"),
+                               "https://tools.example/mcp")
+    assert sent.url == "https://tools.example/mcp" and sent.header("host") == "tools.example"
+    assert sent.header("accept") == "*/*" and sent.body == b"{}"

@@ -175,3 +175,19 @@ def test_a_session_the_store_opened_reaches_the_live_server_for_a_miss(tmp_path)
     # notification and the GET stream (405), the session having no server session yet; the
     # DELETE at the end goes to the server session the forecast call opened
     assert sources == {"cache": 3, "local": 2, "upstream": 1, "passthrough": 1}
+
+
+def test_a_client_that_ignores_proxy_variables_uses_the_local_endpoint(tmp_path):
+    store = tmp_path / "store"
+    steps = [["tools"], ["call", "add", {"a": 4, "b": 5}]]
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record", "--mcp", f"demo={server.url}") as proxy:
+            assert any(f"MCP /mcp/demo -> {server.url}" in line for line in proxy.output)
+            local = f"http://127.0.0.1:{proxy.port}/mcp/demo"
+            recorded = run_client(plan(local, steps), {})  # no proxy variables at all
+            unknown = run_client(plan(f"http://127.0.0.1:{proxy.port}/mcp/nosuch", steps), {})
+    assert recorded[2]["structuredContent"] == {"total": 9, "note": "4+5"}
+    assert "initialize_error" in unknown[0]  # a 404 from the proxy, which the SDK reports as an error
+    # the same entries as through the proxy: a client that does use HTTP_PROXY replays them
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        assert run_client(plan(server.url, steps), proxy.client_env()) == recorded

@@ -103,6 +103,9 @@ from stbproxy.models import Mode
 @click.option("--toolbench-url", default=None, metavar="URL",
               help="A ToolBench-style server for the real calls behind /virtual "
                    "(else the API's URL from the catalog; a RapidAPI URL only with $STBPROXY_RAPIDAPI_KEY).")
+@click.option("--mcp", "mcp", multiple=True, metavar="NAME=URL",
+              help="Answer the MCP server at URL at this proxy's own http://HOST:PORT/mcp/NAME, for MCP clients "
+                   "that ignore proxy variables (the same store entries as through the proxy). Repeatable.")
 @click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
               help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
                    "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
@@ -131,7 +134,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           deny_host, max_headers, max_header_bytes, max_request_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
           ordered, report, allow_empty, validity, refresh_simulated,
-          faults, fault_seed, catalog, toolbench_url, simulator, sim_model, sim_temperature, sim_max_tokens,
+          faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, workers, fast_lane, verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
@@ -187,6 +190,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_fault_seed": fault_seed,
         "stb_catalog": str(catalog) if catalog else None,
         "stb_toolbench_url": toolbench_url,
+        "stb_mcp": list(mcp),
         "stb_simulator": simulator,
         "stb_sim_model": sim_model,
         "stb_sim_temperature": str(sim_temperature),

@@ -18,6 +18,7 @@ from stbproxy.engine import DEFAULT_MAX_BODY
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import Guard, loop_message
+from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mitm.connections import ConnectionWatch, Watched
@@ -78,6 +79,7 @@ class StbAddon:
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
         loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
         loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
+        loader.add_option("stb_mcp", Sequence[str], [], "NAME=URL: an MCP server answered at this proxy's own /mcp/NAME (for clients that ignore proxy variables).")
         loader.add_option("stb_simulator", str, "auto", "auto, llm, schema or off (auto: llm when an LLM is configured, else schema).")
         loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
         loader.add_option("stb_sim_temperature", str, "0", "The simulator's sampling temperature.")
@@ -281,11 +283,33 @@ class StbAddon:
                                      "error")
             flow.metadata["stb_source"] = reply.source
             return self.virtual_response(reply)
+        mcp = local_target(flow.request.path)
+        if mcp is not None:
+            return await self.local_mcp(flow, *mcp)
         if own_address(flow.request.host, flow.request.port, flow.client_conn.sockname) == "other":
             # Only a request relayed to the proxy names it so: it would loop back here.
             return error_response(508, loop_message(flow.request.method, flow.request.host, flow.request.port))
         return error_response(404, f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; use this "
                                    "address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual")
+
+    async def local_mcp(self, flow: http.HTTPFlow, name: str, named_session: str | None) -> http.Response:
+        """A message to ``serve --mcp NAME=URL``'s endpoint, answered as if sent to URL."""
+        runtime = self.open_runtime()
+        servers = runtime.settings.mcp_servers()
+        if name not in servers:
+            known = ", ".join(f"/mcp/{n}" for n in servers) or "none (serve --mcp NAME=URL adds one)"
+            return error_response(404, f"stbproxy: no MCP server named {name!r}; the MCP endpoints here: {known}")
+        session, headers = (named_session, header_items(flow)) if named_session else self.session_for(flow)
+        request = to_server(request_from_flow(flow, headers), servers[name])
+        try:
+            answer = await runtime.engine.handle(request, session)
+        except Exception as exc:  # one bad message must never take the proxy down
+            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+            return error_response(502, "stbproxy internal error (see the proxy's log)")
+        flow.metadata["stb_source"] = answer.source.value
+        flow.metadata["stb_session"] = session
+        flow.metadata["stb_key"] = answer.key
+        return response_to_mitm(answer.response)
 
     async def done(self) -> None:
         if self.runtime is not None:
@@ -366,6 +390,7 @@ def settings_from_options(opts) -> Settings:
         fault_seed=opts.stb_fault_seed,
         catalog=Path(opts.stb_catalog) if opts.stb_catalog else None,
         toolbench_url=opts.stb_toolbench_url,
+        mcp=tuple(opts.stb_mcp),
         # A key for real RapidAPI calls made on behalf of /virtual: from the environment
         # only, so that it never shows among mitmproxy's (printable) options.
         rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
