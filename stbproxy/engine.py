@@ -67,6 +67,8 @@ WARNED_HOSTS = 1024
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
 CONFIGURATION_FAILURES = frozenset({"tls"})
+# An upstream that declines a message it need not see yet (a stdio MCP server not started).
+DEFERRED = "deferred"
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -380,10 +382,12 @@ class Engine:
         try:
             response, seconds = await kind.send_upstream(call, self.upstream.send)
         except UpstreamError as exc:
-            if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES:
+            deferred = exc.kind == DEFERRED  # a real API not there yet, on purpose: nothing failed
+            if not deferred and (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES):
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
-            log.info("upstream failed for %s: %s; answered by the proxy", self._loggable(call.request), reason)
+            if not deferred:
+                log.info("upstream failed for %s: %s; answered by the proxy", self._loggable(call.request), reason)
             return self._answer(kind.local_answer(call), Source.LOCAL, call.key, {"reason": reason})
         return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 

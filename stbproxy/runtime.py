@@ -77,9 +77,10 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
 class Runtime:
     """Owns what must be closed when the proxy stops: the store and the upstream client."""
 
-    def __init__(self, settings: Settings, *, link: LinkClient | None = None) -> None:
+    def __init__(self, settings: Settings, *, link: LinkClient | None = None, upstream=None) -> None:
         """``link``: this is a reader worker of ``serve --workers`` (workers/reader_engine.py), which
-        reads the store as a RocksDB secondary and leaves writes and misses to the primary."""
+        reads the store as a RocksDB secondary and leaves writes and misses to the primary.
+        ``upstream``: the real API's client, when it is not HTTP (a stdio MCP server's)."""
         self.settings = settings
         if link is not None:
             self._open_reader(settings, link)
@@ -100,7 +101,7 @@ class Runtime:
         else:
             self.store = open_store(settings)
         try:
-            self.upstream = Upstream(settings.upstream_config())
+            self.upstream = upstream or Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
         except Exception:
             self.store.close()

@@ -129,7 +129,10 @@ def keyed_params(method: str, params: Any) -> Any:
 
 
 def server_id(url: str) -> str:
-    """A server's identity: scheme, host, port (when not the default) and path of its URL."""
+    """A server's identity: scheme, host, port (when not the default) and path of its URL
+    (a stdio server's URL, stdio_url's, as it is)."""
+    if url.startswith("stdio://"):
+        return url
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     if ":" in host:
@@ -143,8 +146,12 @@ def server_id(url: str) -> str:
     return f"{parts.scheme}://{netloc}{parts.path or '/'}"
 
 
-def stdio_server_id(argv: list[str]) -> str:
-    return "stdio:" + json.dumps(argv, ensure_ascii=False)
+def stdio_url(argv: list[str]) -> str:
+    """The URL that stands for a stdio server: its program's name and a digest of its whole
+    command line (which may hold secrets, and so is never written as it is)."""
+    program = quote(argv[0].rsplit("/", 1)[-1].lower(), safe="") or "server"
+    digest = hashlib.sha256(json.dumps(argv, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"stdio://{program}/{digest[:16]}"
 
 
 def key(server: str, method: str, params: Any, era: Era, auth: str = "") -> str:
@@ -166,7 +173,7 @@ def key_prefix(server: str, method: str, name: str | None = None) -> str:
 
 
 def _where(server: str) -> str:
-    if server.startswith("stdio:"):
+    if server.startswith("stdio://"):
         return "stdio"
     return quote(urlsplit(server).netloc.lower(), safe=":[]") or "-"
 

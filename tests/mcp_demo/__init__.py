@@ -37,6 +37,12 @@ class McpServer:
 
     def calls(self) -> list[str]:
         """The tools/call requests that reached the server, in order."""
+        return [line for line in self._lines() if line != "started"]
+
+    def starts(self) -> int:
+        return self._lines().count("started")
+
+    def _lines(self) -> list[str]:
         return self.calls_file.read_text().split() if self.calls_file.exists() else []
 
     def __enter__(self) -> McpServer:
@@ -77,3 +83,18 @@ def run_client(plan: dict, env: dict[str, str], expect_ok: bool = True) -> list:
     if expect_ok:
         assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout)
+
+
+class StdioCommand:
+    """The demo server over stdio, behind ``stbproxy mcp-stdio`` (a client starts it)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.calls_file = folder / "stdio-calls.txt"
+        self.server = [sys.executable, str(SERVER), "--stdio", "--calls", str(self.calls_file)]
+
+    def behind_proxy(self, store: Path, *options: str) -> list[str]:
+        script = Path(sys.executable).with_name("stbproxy")
+        return [str(script), "mcp-stdio", "--store", str(store), *options, "--", *self.server]
+
+    def lines(self) -> list[str]:
+        return self.calls_file.read_text().split() if self.calls_file.exists() else []

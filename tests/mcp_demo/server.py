@@ -87,6 +87,9 @@ def main() -> None:
     parser.add_argument("--stdio", action="store_true")
     parser.add_argument("--calls")
     args = parser.parse_args()
+    if args.calls:  # a line per start, so that a test sees whether the server was started at all
+        with open(args.calls, "a", encoding="utf-8") as handle:
+            handle.write("started\n")
     server = build(args.port, args.json, args.stateless, args.calls)
     server.run(transport="stdio" if args.stdio else "streamable-http")
 

@@ -1,0 +1,166 @@
+"""``stbproxy mcp-stdio``: a stdio MCP server with the proxy in front of it.
+
+An MCP client configured with ``stbproxy mcp-stdio [options] -- COMMAND ARGS...`` instead
+of ``COMMAND ARGS...`` talks to the proxy over stdin/stdout; the proxy answers from the
+store and starts COMMAND only for what the store cannot answer (mcp/stdio.py), with the
+same rules, store, sessions, simulator and faults as ``serve``. The child's stderr is
+this process's; its exit status is this command's. Nothing but MCP messages is written to
+standard output: everything the proxy says goes to standard error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from stbproxy.cli.common import fail, store_option
+from stbproxy.cli.shared_tier import shared_option
+
+log = logging.getLogger("stbproxy")
+
+
+@click.command(name="mcp-stdio", context_settings={"ignore_unknown_options": False})
+@click.option("--mode", type=click.Choice(["virtual", "record", "replay"]), default="virtual", show_default=True,
+              help="virtual: the store, else the server, else the simulator; record: always the server; "
+                   "replay: the store only (the server is never started).")
+@store_option
+@click.option("--session", default=None, metavar="NAME", help="Session of this client's calls [default: one per run].")
+@click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
+              help="Who answers a tools/call the server cannot (as serve's --simulator).")
+@click.option("--sim-model", default=None, help="The simulator's model.")
+@click.option("--faults", "faults", multiple=True, metavar="SPEC",
+              help="Inject failures into tool calls, e.g. down=0.2, tool-error,tool=search*, rpc-error,p=0.1.")
+@click.option("--fault-seed", type=int, default=0, show_default=True, help="The seed of fault decisions.")
+@click.option("--validity", type=click.Choice(["auto", "stb", "strict"]), default="auto", show_default=True,
+              help="auto: a server error or isError result is a failed answer; strict: every answer counts.")
+@click.option("--timeout", "timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds to wait for the server's answer to one request.")
+@click.option("--allow-empty", is_flag=True, help="Replay: start even when the store holds nothing.")
+@click.option("-v", "--verbose", count=True, help="Log each miss and the server's start to standard error.")
+@shared_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
+def mcp_stdio(mode, store, session, simulator, sim_model, faults, fault_seed, validity, timeout, allow_empty,
+              verbose, shared, command):
+    """Run a stdio MCP server behind the proxy: record, replay (without starting the server
+    when every answer is stored) and simulate, as serve does over HTTP.
+
+    \b
+    Example, in an MCP client's configuration:
+      "command": "stbproxy", "args": ["mcp-stdio", "--store", "runs/store", "--", "python", "server.py"]
+    """
+    from stbproxy.errors import StbError
+    from stbproxy.models import Mode
+    from stbproxy.sessions import default_session_name
+    from stbproxy.settings import Settings
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
+                        level=logging.WARNING)
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+    try:
+        settings = Settings(store=Path(store), mode=Mode(mode), session=session, simulator=simulator,
+                            sim_model=sim_model, faults=tuple(faults), fault_seed=fault_seed, validity=validity,
+                            upstream_timeout=timeout, allow_empty=allow_empty, shared=shared)
+    except StbError as exc:
+        fail(str(exc))
+    try:
+        code = asyncio.run(_serve(settings, list(command), session or default_session_name().replace(
+            "serve-", "stdio-")))
+    except StbError as exc:
+        fail(str(exc))
+    sys.exit(code)
+
+
+async def _serve(settings, argv: list[str], session: str) -> int:
+    from stbproxy.mcp import jsonrpc
+    from stbproxy.mcp.protocol import stdio_url
+    from stbproxy.mcp.stdio import READ_LIMIT, StdioServer
+    from stbproxy.models import Request
+    from stbproxy.runtime import Runtime
+
+    loop = asyncio.get_running_loop()
+    out = sys.stdout.buffer
+    writing = asyncio.Lock()
+
+    async def to_client(line: bytes) -> None:
+        async with writing:
+            out.write(line + b"\n")
+            out.flush()
+
+    server = StdioServer(argv, to_client, timeout=settings.upstream_timeout)
+    runtime = Runtime(settings, upstream=server)
+    await runtime.ready()
+    url = stdio_url(argv)
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+
+    async def answer(line: bytes) -> None:
+        message = jsonrpc.read(line)
+        if message.kind == jsonrpc.REQUEST and message.method == "initialize":
+            server.initialize = line  # for a server started later, after the store answered this
+        request = Request("POST", url, (("Content-Type", "application/json"),), line)
+        try:
+            answered = await runtime.engine.handle(request, session)
+        except Exception:  # one bad message must never end the others
+            log.exception("stbproxy failed on a message from the MCP client")
+            if message.kind == jsonrpc.REQUEST:
+                await to_client(jsonrpc.error_body(message.id, jsonrpc.INTERNAL_ERROR, "stbproxy internal error"))
+            return
+        body = answered.response.body.strip()
+        if body and message.kind == jsonrpc.REQUEST:
+            await to_client(_one_line(body))
+
+    pending: set[asyncio.Task] = set()
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        while True:
+            read = asyncio.ensure_future(reader.readline())
+            done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop in done:
+                read.cancel()
+                break
+            try:
+                line = read.result()
+            except (ValueError, asyncio.LimitOverrunError):
+                log.warning("stbproxy: a message over %d bytes from the MCP client; stopped reading", READ_LIMIT)
+                break
+            if not line:
+                break  # the client closed our input: its session is over
+            line = line.strip()
+            if line:
+                task = asyncio.ensure_future(answer(line))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        if pending and not stopping.is_set():
+            await asyncio.wait(pending, timeout=settings.upstream_timeout)
+    finally:
+        stop.cancel()
+        for task in pending:
+            task.cancel()
+        await runtime.aclose()  # closes the server (stdin first, as MCP clients do) and the store
+    return _exit_status(server.returncode)
+
+
+def _one_line(body: bytes) -> bytes:
+    """A JSON message on one line, as stdio framing wants it."""
+    if b"\n" not in body:
+        return body
+    with contextlib.suppress(ValueError):
+        return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":")).encode()
+    return body.replace(b"\r", b"").replace(b"\n", b" ")
+
+
+def _exit_status(returncode: int | None) -> int:
+    """The server's exit status as a shell gives it (128 + N for a signal); 0 when it never ran."""
+    if returncode is None:
+        return 0
+    return 128 - returncode if returncode < 0 else returncode
