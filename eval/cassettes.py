@@ -98,6 +98,7 @@ def _recorded(requests: list[Any], responses: list[dict[str, Any]], start: int =
             url=str(request.uri),
             path=str(request.path),
             request_text=body_text(request.body, dict(request.headers)),
+            request_headers={str(k).lower(): str(v) for k, v in dict(request.headers).items()},
             status=int(status) if isinstance(status, (int, str)) and str(status).isdigit() else 200,
             response_text=body_text((response.get("body") or {}).get("string"), response.get("headers") or {}),
         ))

@@ -15,7 +15,7 @@ session) tells what each conversation did, even when many ran at once:
 - **Tool calls.** Every other recorded request is a tool call of the conversation that
   was waiting for tool results at that moment; when several were, of those that asked for
   the tool the request names (a kind whose requests name their tool, stbcore/tool_calls.py:
-  StableToolBench's /virtual), then of the one whose pending calls share the most argument
+  StableToolBench's /virtual, MCP's tools/call), then of the one whose pending calls share the most argument
   values and name parts with the request; on a tie, of all of them. A request of a
   protocol's own housekeeping (a reader says it calls no tool) belongs to none. A call whose result never reached the model (the agent stopped
   right after it) takes the next such response recorded after the conversation's last
@@ -31,10 +31,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import unquote
 
-from stbcore.tool_calls import read_tool_call
+from stbcore.tool_calls import answer_text, names_match, read_tool_call
 
 from . import llm_apis
 from .llm_apis import BadCall, LlmCall
@@ -57,6 +57,7 @@ class Recorded:
     request_text: str
     status: int
     response_text: str
+    request_headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
 
 
 @dataclass
@@ -94,6 +95,11 @@ class Traffic:
     unread: list[str] = field(default_factory=list)
     #: Non-LLM requests no conversation was waiting for.
     unattributed: list[int] = field(default_factory=list)
+    #: What a tool answered, read as its kind reads it (an MCP result's text), by request index.
+    answers: dict[int, str] = field(default_factory=dict)
+
+    def answer(self, index: int) -> str:
+        return self.answers.get(index, self.recorded[index].response_text)
 
 
 def read_traffic(recorded: Iterable[Recorded]) -> Traffic:
@@ -146,7 +152,7 @@ def trajectory(conversation: Conversation, traffic: Traffic, qid: str, *, query:
     if not query:
         return Problem(qid, "the user message is empty", where)
     offered_finish = any(t.get("name") == FINISH for t in final.tools)
-    late = [traffic.recorded[i].response_text for i in conversation.tool_requests if i > final.index]
+    late = [traffic.answer(i) for i in conversation.tool_requests if i > final.index]
     read = read_steps(messages[first_user + 1:], late_results=late)
     if read.finish_arguments is not None:
         final_answer = read.finish_arguments
@@ -272,16 +278,18 @@ def _first_user(messages: list[dict[str, Any]]) -> int:
 # --- tool requests --------------------------------------------------------------------
 
 def _attribute(item: Recorded, traffic: Traffic, body: Any) -> None:
-    wire = read_tool_call(item.method, item.path, body)
+    wire = read_tool_call(item.method, item.path, body, item.request_headers)
     if wire is not None and wire.name is None:
         return  # the protocol's own housekeeping: no step of any trajectory
+    if wire is not None:
+        traffic.answers[item.index] = answer_text(wire, item.response_text)
     waiting = [c for c in traffic.conversations if c.pending]
     if not waiting:
         traffic.unattributed.append(item.index)
         return
     if wire is not None and len(waiting) > 1:
         # The request names its tool: the conversations that asked for that tool.
-        waiting = [c for c in waiting if any(call.name == wire.name for call in c.pending)] or waiting
+        waiting = [c for c in waiting if any(names_match(call.name, wire.name) for call in c.pending)] or waiting
     if len(waiting) > 1:
         text = (unquote(item.url) + " " + item.request_text).lower()
         scores = [max(_overlap(call, text) for call in c.pending) for c in waiting]

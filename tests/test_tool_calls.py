@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from stbcore.tool_calls import WireCall, read_tool_call
+from stbcore.tool_calls import WireCall, answer_text, names_match, read_tool_call
 from stbcore.toolbench_names import function_name
 
 
@@ -44,3 +44,59 @@ def test_a_long_name_is_cut_as_the_agent_saw_it():
     tool, api = "A tool with a rather long name indeed", "an api whose name is long as well, and longer"
     wire = read_tool_call("POST", "/virtual", virtual(tool_name=tool, api_name=api))
     assert wire.name == function_name(api, tool) and len(wire.name) == 64
+
+
+def mcp(method, params=None, message_id=1):
+    body = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        body["params"] = params
+    if message_id is not None:
+        body["id"] = message_id
+    return body
+
+
+SESSION = {"mcp-session-id": "s1"}
+
+
+@pytest.mark.parametrize("method,body,headers,expected", [
+    ("POST", mcp("tools/call", {"name": "forecast", "arguments": {"city": "Oslo"}}), {},
+     WireCall("mcp", "forecast", {"city": "Oslo"})),
+    ("POST", mcp("tools/call", {"name": "forecast"}), {}, WireCall("mcp", "forecast", {})),
+    # the rest of MCP is housekeeping: no step of a trajectory
+    ("POST", mcp("initialize", {"protocolVersion": "2025-11-25"}), {}, WireCall("mcp", None)),
+    ("POST", mcp("tools/list"), {}, WireCall("mcp", None)),
+    ("POST", mcp("notifications/initialized", message_id=None), SESSION, WireCall("mcp", None)),
+    ("POST", {"jsonrpc": "2.0", "id": "srv", "result": {}}, SESSION, WireCall("mcp", None)),
+    ("GET", None, SESSION, WireCall("mcp", None)),
+    ("DELETE", None, SESSION, WireCall("mcp", None)),
+    # not MCP's
+    ("GET", None, {}, None),
+    ("POST", {"jsonrpc": "2.0", "id": "srv", "result": {}}, {}, None),
+    ("POST", mcp("eth_call"), {}, None),
+    ("POST", {"method": "tools/call"}, {}, None),
+])
+def test_mcp_messages(method, body, headers, expected):
+    assert read_tool_call(method, "/mcp", body, headers) == expected
+
+
+def test_what_an_mcp_tool_answered():
+    wire = WireCall("mcp", "forecast")
+    result = {"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "sunny"},
+                                                                {"type": "text", "text": "21 C"}]}}
+    assert answer_text(wire, json.dumps(result)) == "sunny\n21 C"
+    streamed = f"event: message\r\ndata: {json.dumps(result)}\r\n\r\n"
+    assert answer_text(wire, streamed) == "sunny\n21 C"
+    structured = {"jsonrpc": "2.0", "id": 3, "result": {"content": [], "structuredContent": {"high": 21}}}
+    assert answer_text(wire, json.dumps(structured)) == '{"high": 21}'
+    error = {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "Unknown tool"}}
+    assert answer_text(wire, json.dumps(error)) == "error -32602: Unknown tool"
+    assert answer_text(wire, "not json") == "not json"
+    assert answer_text(WireCall("stb", "x"), '{"error": "", "response": 1}') == '{"error": "", "response": 1}'
+
+
+@pytest.mark.parametrize("called,wire,match", [
+    ("forecast", "forecast", True), ("demo__forecast", "forecast", True), ("demo.forecast", "forecast", True),
+    ("myforecast", "forecast", False), ("forecast", "demo__forecast", False), ("cast", "forecast", False),
+])
+def test_names_match(called, wire, match):
+    assert names_match(called, wire) is match

@@ -171,6 +171,40 @@ def test_a_virtual_call_goes_to_the_conversation_that_asked_for_its_tool():
     assert notes == []
 
 
+def _mcp(message, response, status=200, method="POST", session="s1"):
+    interaction = _interaction("http://127.0.0.1:9/mcp", None if message is None else json.dumps(message), status,
+                               response, content_type="text/event-stream" if response.startswith("event:")
+                               else "application/json", method=method)
+    interaction["request"]["headers"] = {"Mcp-Session-Id": [session]} if session else {}
+    return interaction
+
+
+def test_mcp_housekeeping_is_no_step_and_a_tool_answer_is_its_result_text():
+    # The agent stops right after asking for a tool, which its MCP client then calls in a
+    # session it opens only now: the handshake, the list and the session's end are no
+    # steps; the call's answer (streamed) is read as the tool's text.
+    result = {"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "sunny in Oslo"}],
+                                                    "isError": False}}
+    interactions = [
+        _chat([_user("Weather in Oslo, then stop")], _calls(("a1", "demo__forecast", {"city": "Oslo"}))),
+        _mcp({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
+             json.dumps({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25"}}), session=None),
+        _mcp({"jsonrpc": "2.0", "method": "notifications/initialized"}, "", status=202),
+        _mcp(None, "", status=405, method="GET"),
+        _mcp({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, json.dumps({"jsonrpc": "2.0", "id": 1,
+                                                                              "result": {"tools": []}})),
+        _mcp({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "forecast",
+                                                                             "arguments": {"city": "Oslo"}}},
+             f"event: message\r\ndata: {json.dumps(result)}\r\n\r\n"),
+        _mcp(None, "", method="DELETE"),
+    ]
+    answers, notes = _answers(interactions)
+    (answer,) = answers.values()
+    step = main_path(answer.answer_details)[2]["message"]
+    assert step == {"name": "demo__forecast", "arguments": json.dumps({"city": "Oslo"}), "response": "sunny in Oslo"}
+    assert notes == []
+
+
 def test_retried_request_and_failed_answers():
     user = _user("Weather in Oslo?")
     failed = _interaction("https://llm.example/v1/chat/completions", {"model": "m", "messages": [user], "tools": TOOLS},
