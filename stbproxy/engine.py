@@ -421,7 +421,7 @@ class Engine:
         origin = answer.stored_source.value if source is Source.CACHE and answer.stored_source else ""
         error = str(answer.meta.get("error_kind", "")) if source is Source.ERROR else ""
         record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
-                               record_key or "", round(seconds, 6), origin, error)
+                               record_key or "", round(seconds, 6), origin, error, _tool_of(call))
         try:
             self.store.append_session(session, record.to_stored())
         except StoreError as exc:
@@ -500,3 +500,8 @@ class Engine:
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_url(request, self.config.rules)}"
 
+
+def _tool_of(call: Call) -> str:
+    """``<server>/<tool>`` for an MCP tool call (its kind names both), else empty."""
+    tool = call.facts.get("tool") if call.facts else None
+    return f"{call.facts.get('where', '')}/{tool}" if tool else ""

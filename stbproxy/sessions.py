@@ -112,6 +112,7 @@ class SessionRecord:
     seconds: float
     origin: str = ""  # a hit: the origin of the stored answer served (upstream, simulated, ...)
     error: str = ""  # source "error": what failed (unreachable, timeout, tls, ...)
+    tool: str = ""  # an MCP tool call: "<server>/<tool>", whatever answered it (for counts by server and tool)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,11 +129,13 @@ class SessionRecord:
             stored["origin"] = self.origin
         if self.error:
             stored["error"] = self.error
+        if self.tool:
+            stored["tool"] = self.tool
         return stored
 
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
-        """A record from its dict; the fields added later (origin, error) may be absent."""
+        """A record from its dict; the fields added later (origin, error, tool) may be absent."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
@@ -150,6 +153,7 @@ class SessionTally:
     by_source: Counter = field(default_factory=Counter)
     hits_by_origin: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # (kind, host) -> calls
+    tools: Counter = field(default_factory=Counter)  # (MCP server, tool, source) -> calls
     first: float | None = None
     last: float | None = None
 
@@ -160,6 +164,9 @@ class SessionTally:
             self.hits_by_origin[record.get("origin") or "unrecorded"] += 1  # records older than origins
         elif source == "error":
             self.errors[(record.get("error") or "unknown", _host(record.get("url") or ""))] += 1
+        if record.get("tool"):
+            server, _, tool = record["tool"].rpartition("/")
+            self.tools[(server, tool, source)] += 1
         moment = record.get("time")
         if moment is not None:
             self.first = moment if self.first is None else min(self.first, moment)
@@ -172,8 +179,9 @@ class SessionTally:
     @property
     def hit_rate(self) -> float | None:
         """Cache answers among all answers but passthrough ones (an agent's own LLM calls,
-        never served from the store), as StableToolBench reports its hit rates."""
-        served = self.calls - self.by_source.get("passthrough", 0)
+        never served from the store) and the proxy's own (``local``: an MCP notification's
+        202), as StableToolBench reports its hit rates."""
+        served = self.calls - self.by_source.get("passthrough", 0) - self.by_source.get("local", 0)
         return self.by_source.get("cache", 0) / served if served else None
 
 

@@ -6,6 +6,8 @@ server never answered, inject faults."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -191,3 +193,24 @@ def test_a_client_that_ignores_proxy_variables_uses_the_local_endpoint(tmp_path)
     # the same entries as through the proxy: a client that does use HTTP_PROXY replays them
     with ProxyProcess(store, "--mode", "replay") as proxy:
         assert run_client(plan(server.url, steps), proxy.client_env()) == recorded
+
+
+def test_stats_and_sessions_count_mcp_calls_by_server_and_tool(tmp_path):
+    store = tmp_path / "store"
+    calls = [["call", "add", {"a": 1, "b": 2}], ["call", "add", {"a": 1, "b": 2}], ["call", "shout", {"word": "a"}]]
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--session", "counted") as proxy:
+            run_client(plan(server.url, [["tools"], *calls]), proxy.client_env())
+    where = f"127.0.0.1:{server.port}"
+    stats = json.loads(subprocess.run([sys.executable, "-m", "stbproxy", "stats", "--json", "--store", str(store)],
+                                      capture_output=True, text=True, timeout=60).stdout)
+    assert stats["calls"]["mcp_tools"] == [
+        {"server": where, "tool": "add", "calls": 2, "by_source": {"cache": 1, "upstream": 1}},
+        {"server": where, "tool": "shout", "calls": 1, "by_source": {"upstream": 1}}]
+    text = subprocess.run([sys.executable, "-m", "stbproxy", "sessions", "--store", str(store)],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert f"counted: MCP {where} add: 2 calls (cache 1, upstream 1)" in text
+    row = json.loads(subprocess.run([sys.executable, "-m", "stbproxy", "sessions", "--json", "--store", str(store)],
+                                    capture_output=True, text=True, timeout=60).stdout)[0]
+    # the proxy's own answers (the initialized notification, the GET stream) are not counted as misses
+    assert row["hit_rate"] == pytest.approx(1 / 5)  # initialize, tools/list, add, add (hit), shout

@@ -70,6 +70,7 @@ def stats(store, as_json, top, errors, shared):
     _print_table("host", result.by_host.most_common(top), result.entries)
     _print_table("calls by source (session logs)", calls.by_source.most_common(), calls.calls)
     _print_table("hits by origin", calls.hits_by_origin.most_common(), sum(calls.hits_by_origin.values()))
+    _print_tools(calls.tools, top)
     logged = [(f"{kind}: {LOGGED_KINDS[kind]}" if kind in LOGGED_KINDS else kind, n)
               for kind, n in result.logged.most_common()]
     _print_table("logged (never served)", logged, sum(result.logged.values()))
@@ -97,7 +98,31 @@ def _tally(db):
 
 def _tally_dict(tally) -> dict:
     return {"total": tally.calls, "by_source": dict(tally.by_source.most_common()),
-            "hits_by_origin": dict(tally.hits_by_origin.most_common()), "hit_rate": tally.hit_rate}
+            "hits_by_origin": dict(tally.hits_by_origin.most_common()), "hit_rate": tally.hit_rate,
+            "mcp_tools": _tools_rows(tally.tools)}
+
+
+def _tools_rows(tools) -> list[dict]:
+    """MCP tool calls by server and tool, each with its calls by source, most called first."""
+    rows: dict[tuple[str, str], dict] = {}
+    for (server, tool, source), n in tools.items():
+        row = rows.setdefault((server, tool), {"server": server, "tool": tool, "calls": 0, "by_source": {}})
+        row["calls"] += n
+        row["by_source"][source] = row["by_source"].get(source, 0) + n
+    return sorted(rows.values(), key=lambda r: (-r["calls"], r["server"], r["tool"]))
+
+
+def _print_tools(tools, top: int) -> None:
+    rows = _tools_rows(tools)
+    if not rows:
+        return
+    width = max(len("MCP server / tool"), *(len(f"{r['server']} {r['tool']}") for r in rows[:top]))
+    click.echo(f"\n{'MCP server / tool':<{width}}  {'calls':>8}  by source")
+    for row in rows[:top]:
+        sources = ", ".join(f"{source} {n}" for source, n in sorted(row["by_source"].items()))
+        click.echo(f"{row['server'] + ' ' + row['tool']:<{width}}  {row['calls']:>8}  {sources}")
+    if len(rows) > top:
+        click.echo(f"... and {len(rows) - top} more tools (--top)")
 
 
 def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
@@ -181,6 +206,10 @@ def sessions(store, as_json, shared):
         rate = "-" if row["hit_rate"] is None else f"{100 * row['hit_rate']:.1f}%"
         origins = ", ".join(f"{origin} {n}" for origin, n in row["hits_by_origin"].items()) or "-"
         click.echo(f"{row['name']:<{width}}  {row['calls']:>6}  {counts}  {rate:>8}  {origins}")
+    for row in rows:
+        for tool in row["mcp_tools"]:
+            sources = ", ".join(f"{source} {n}" for source, n in sorted(tool["by_source"].items()))
+            click.echo(f"  {row['name']}: MCP {tool['server']} {tool['tool']}: {tool['calls']} calls ({sources})")
 
 
 def _session_summary(name: str, records) -> dict:
@@ -192,7 +221,7 @@ def _session_summary(name: str, records) -> dict:
     return {"name": name, "calls": tally.calls, "by_source": dict(tally.by_source),
             "hits_by_origin": dict(tally.hits_by_origin.most_common()),
             "passthrough": tally.by_source.get("passthrough", 0), "hit_rate": tally.hit_rate,
-            "first": tally.first, "last": tally.last}
+            "mcp_tools": _tools_rows(tally.tools), "first": tally.first, "last": tally.last}
 
 
 # -- forget ---------------------------------------------------------------------------------

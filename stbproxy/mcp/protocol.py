@@ -178,6 +178,13 @@ def _where(server: str) -> str:
     return quote(urlsplit(server).netloc.lower(), safe=":[]") or "-"
 
 
+def server_label(server: str) -> str:
+    """How a server is shown: its host and port, or ``stdio:<program>``."""
+    if server.startswith("stdio://"):
+        return "stdio:" + unquote(server[8:].split("/", 1)[0])
+    return urlsplit(server).netloc.lower() or server
+
+
 def key_parts(stored_key: str) -> Mapping[str, str] | None:
     """The server's host (or ``stdio``), method and name of an MCP key (for counts by server
     and tool), or None for another key."""

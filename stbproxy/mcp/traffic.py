@@ -96,6 +96,8 @@ class Mcp(BaseKind):
         name = protocol.named(message.method, message.params)
         arguments = message.params.get("arguments") if isinstance(message.params, dict) else None
         is_tool = message.method == "tools/call" and name is not None
+        if is_tool:  # named in session records, for counts by server and tool
+            facts = {**facts, "tool": name, "where": protocol.server_label(facts["server"])}
         return Call(key, request, request, ApiRef(protocol.server_id(request.url), name or "", name or "")
                     if is_tool else None, arguments if isinstance(arguments, dict) else {}, request.host,
                     kind=self.name, faultable=is_tool, private=bool(auth), facts=facts)
