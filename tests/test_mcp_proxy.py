@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from stbproxy.store.embedded import Store
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.mcp_demo import McpServer, run_client
 from tests.servers import ProxyProcess
 from tests.test_secret_forms import forbidden, leaks
@@ -214,3 +215,34 @@ def test_stats_and_sessions_count_mcp_calls_by_server_and_tool(tmp_path):
                                     capture_output=True, text=True, timeout=60).stdout)[0]
     # the proxy's own answers (the initialized notification, the GET stream) are not counted as misses
     assert row["hit_rate"] == pytest.approx(1 / 5)  # initialize, tools/list, add, add (hit), shout
+
+
+def test_the_llm_simulator_answers_an_mcp_tool_from_its_schemas(tmp_path):
+    asked = []
+
+    def simulator_model(request: dict):
+        prompt = request["messages"][-1]["content"]
+        asked.append(prompt)
+        if '"Lima"' in prompt:  # an answer that breaks the tool's outputSchema
+            return json.dumps({"error": "", "response": {"city": "Lima"}})
+        return json.dumps({"error": "", "response": {"city": "Rome", "days": 2, "summary": "rain", "high_c": 12.5}})
+
+    store = tmp_path / "store"
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            run_client(plan(server.url, [["tools"], ["call", "forecast", {"city": "Oslo"}]]), proxy.client_env())
+    with FakeOpenAI(simulator_model) as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-simulator-test"}
+        with ProxyProcess(store, "--simulator", "llm", "--sim-model", "fake", env=env) as proxy:
+            got = run_client(plan(server.url, [["call", "forecast", {"city": "Rome", "days": 2}],
+                                               ["call", "forecast", {"city": "Lima"}]]), proxy.client_env())
+    assert got[1]["structuredContent"] == {"city": "Rome", "days": 2, "summary": "rain", "high_c": 12.5}
+    assert set(got[2]["structuredContent"]) == {"city", "days", "summary", "high_c"}  # the schema's, valid
+    first = asked[0]
+    assert '"outputSchema"' not in first and "must follow this JSON Schema" in first and '"high_c"' in first
+    assert 'Arguments: {"city": "Rome", "days": 2}' in first
+    assert "sunny in Oslo" in first  # the recorded call, as the tool answered it, is the example
+    with Store(store, readonly=True) as db:
+        made = [e.meta for e in db.scan("mcp/") if e.source.value == "simulated"]
+    (meta,) = [m for m in made if "replaced" in m]
+    assert meta["simulator"] == "schema" and "outputSchema" in meta["replaced"]

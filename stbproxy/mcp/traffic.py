@@ -219,7 +219,8 @@ class Mcp(BaseKind):
             result = call_tool_result(f"Invalid arguments for tool {call.api.api}: {problem}", tool, is_error=True)
             return Simulation(self._result(call, result), ok=True, meta={"simulator": "input-check"})
         doc = tool_doc(_server_name(call), tool)
-        made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason, doc=doc))
+        made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason, doc=doc,
+                                                          args=call.args))
         if not made.ok:
             return Simulation(self._error(call, NOT_SIMULATED, _body_text(made.response)), ok=False,
                               meta=made.meta, attempted=made.attempted)

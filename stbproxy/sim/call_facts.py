@@ -56,7 +56,8 @@ def call_facts(job: SimulationRequest, catalog: Catalog | None, rules: KeyRules)
     prefixes = [job.key.rsplit("/", 1)[0] + "/"]
     if doc is not None and keys.api_prefix(doc.ref) not in prefixes:
         prefixes.insert(0, keys.api_prefix(doc.ref))
-    args = without_secrets(call_args(request, catalog), rules)
+    given = dict(job.args) if job.args is not None else call_args(request, catalog)
+    args = without_secrets(given, rules)
     return CallFacts(request, doc, args, tuple(prefixes))
 
 
@@ -72,6 +73,9 @@ def call_args(request: Request, catalog: Catalog | None) -> dict[str, Any]:
     body is the arguments (api_requests.stored_request), so both read the same way.
     """
     args = request_args(request)
+    if args.get("jsonrpc") == "2.0" and isinstance(args.get("params"), dict):  # an MCP tools/call (a stored example)
+        arguments = args["params"].get("arguments")
+        return dict(arguments) if isinstance(arguments, dict) else {}
     match = catalog.route(request.method, request.url, request.headers) if catalog else None
     if match is not None:
         args.update(match.path_params)

@@ -18,6 +18,7 @@ import json
 import re
 from typing import Any, Iterable
 
+from stbcore.tool_calls import WireCall, answer_text
 from stbproxy import jsonsafe
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
@@ -27,15 +28,24 @@ from stbproxy.stb.catalog import Catalog, Param
 
 MAX_REPLY_CHARS = 64 * 1024  # far beyond a useful answer: a runaway model, not an API
 MAX_BODY_IN_PROMPT = 2000  # request body shown for an endpoint without docs
+MAX_SCHEMA_IN_PROMPT = 4000  # an MCP tool's inputSchema or outputSchema
 
 
 # -- examples ---------------------------------------------------------------------------------
 
 
 def example_pairs(found: list[Exchange], catalog: Catalog | None, rules: KeyRules) -> list[tuple[str, str]]:
-    """(arguments, answer) texts of stored exchanges, without secret arguments."""
-    return [(_json(without_secrets(call_args(ex.request, catalog), rules)), body_text(ex.response.body))
+    """(arguments, answer) texts of stored exchanges, without secret arguments (an MCP
+    tool's answer as its result's text, not the JSON-RPC envelope around it)."""
+    return [(_json(without_secrets(call_args(ex.request, catalog), rules)), _answer_text(ex.response.body))
             for ex in found]
+
+
+def _answer_text(body: bytes) -> str:
+    text = body_text(body)
+    if '"jsonrpc"' in text[:200]:
+        return answer_text(WireCall("mcp", None), text)
+    return text
 
 
 def fit_examples(examples: list[tuple[str, str]], budget: int) -> list[tuple[str, str]]:
@@ -122,6 +132,11 @@ def documentation(facts: CallFacts) -> str:
         template = doc.template_response
         lines.append("Shape of a typical answer (types in place of values): "
                      + (template if isinstance(template, str) else _json(template)))
+    if doc.input_schema is not None:
+        lines.append("Arguments, as a JSON Schema: " + trim(_json(doc.input_schema), MAX_SCHEMA_IN_PROMPT))
+    if doc.output_schema is not None:
+        lines.append('The answer ("response") must follow this JSON Schema: '
+                     + trim(_json(doc.output_schema), MAX_SCHEMA_IN_PROMPT))
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Mapping, Protocol
 
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.models import ApiRef, Request, Response
@@ -20,6 +20,7 @@ class SimulationRequest:
     api: ApiRef | None
     reason: str  # why the real API could not answer
     doc: object = NOT_DESCRIBED  # the API as the call's kind of traffic describes it (an ApiDoc, or None)
+    args: Mapping[str, Any] | None = None  # the call's arguments as its kind read them; None: from the request
 
 
 @dataclass(frozen=True)
