@@ -246,3 +246,15 @@ def test_the_llm_simulator_answers_an_mcp_tool_from_its_schemas(tmp_path):
         made = [e.meta for e in db.scan("mcp/") if e.source.value == "simulated"]
     (meta,) = [m for m in made if "replaced" in m]
     assert meta["simulator"] == "schema" and "outputSchema" in meta["replaced"]
+
+
+def test_an_https_mcp_server_through_the_proxys_ca(tmp_path, test_ca):
+    store = tmp_path / "store"
+    tls = ["--tls", str(test_ca.cert_file), str(test_ca.key_file)]
+    steps = [["tools"], ["call", "add", {"a": 7, "b": 8}]]
+    with McpServer(tmp_path, *tls, scheme="https") as server:
+        with ProxyProcess(store, "--mode", "record", "--upstream-ca", str(test_ca.ca_file)) as proxy:
+            recorded = run_client(plan(server.url, steps), proxy.client_env())  # trusts the proxy's CA only
+    assert recorded[2]["structuredContent"] == {"total": 15, "note": "7+8"}
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        assert run_client(plan(server.url, steps), proxy.client_env()) == recorded

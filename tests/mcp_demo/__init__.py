@@ -25,15 +25,16 @@ def free_port() -> int:
 class McpServer:
     """The demo server on a loopback port (Streamable HTTP at /mcp), as a process of its own."""
 
-    def __init__(self, folder: Path, *flags: str) -> None:
+    def __init__(self, folder: Path, *flags: str, scheme: str = "http") -> None:
         self.port = free_port()
+        self.scheme = scheme
         self.calls_file = folder / f"calls-{self.port}.txt"
         self.flags = flags
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"{self.scheme}://127.0.0.1:{self.port}/mcp"
 
     def calls(self) -> list[str]:
         """The tools/call requests that reached the server, in order."""

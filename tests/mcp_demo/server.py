@@ -2,7 +2,7 @@
 without an outputSchema, one that fails, one that echoes the caller's credentials, a
 resource and a prompt.
 
-    python tests/mcp_demo/server.py --port 8123 [--json] [--stateless]   # Streamable HTTP at /mcp
+    python tests/mcp_demo/server.py --port 8123 [--json] [--stateless] [--tls CERT KEY]   # HTTP(S) at /mcp
     python tests/mcp_demo/server.py --stdio                               # over stdin/stdout
 
 Every call is counted in the file named by --calls (one line per tools/call), so a test
@@ -86,12 +86,19 @@ def main() -> None:
     parser.add_argument("--stateless", action="store_true")
     parser.add_argument("--stdio", action="store_true")
     parser.add_argument("--calls")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="serve HTTPS with this certificate")
     args = parser.parse_args()
     if args.calls:  # a line per start, so that a test sees whether the server was started at all
         with open(args.calls, "a", encoding="utf-8") as handle:
             handle.write("started\n")
     server = build(args.port, args.json, args.stateless, args.calls)
-    server.run(transport="stdio" if args.stdio else "streamable-http")
+    if args.stdio:
+        server.run(transport="stdio")
+        return
+    import uvicorn
+
+    tls = {"ssl_certfile": args.tls[0], "ssl_keyfile": args.tls[1]} if args.tls else {}
+    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning", **tls)
 
 
 if __name__ == "__main__":
