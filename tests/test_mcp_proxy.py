@@ -11,6 +11,7 @@ import sys
 from collections import Counter
 
 import pytest
+import yaml
 
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI
@@ -258,3 +259,26 @@ def test_an_https_mcp_server_through_the_proxys_ca(tmp_path, test_ca):
     assert recorded[2]["structuredContent"] == {"total": 15, "note": "7+8"}
     with ProxyProcess(store, "--mode", "replay") as proxy:
         assert run_client(plan(server.url, steps), proxy.client_env()) == recorded
+
+
+def test_an_mcp_session_exports_as_a_cassette_that_replays(tmp_path):
+    store, cassette = tmp_path / "store", tmp_path / "mcp.yaml"
+    with McpServer(tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record", "--session", "rec") as proxy:
+            recorded = run_client(plan(server.url, CALLS), proxy.client_env())
+    exported = subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", "rec", "-o", str(cassette),
+                               "--store", str(store)], capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    interactions = yaml.safe_load(cassette.read_text())["interactions"]
+    session_ids = {value for i in interactions for part in ("request", "response")
+                   for name, values in i[part]["headers"].items() if name.lower() == "mcp-session-id"
+                   for value in values}
+    assert session_ids == {"REDACTED"}  # a live session's id is never written
+    with ProxyProcess(tmp_path / "unused", "--cassette", str(cassette)) as proxy:
+        assert run_client(plan(server.url, CALLS), proxy.client_env()) == recorded
+    imported = tmp_path / "imported"
+    done = subprocess.run([sys.executable, "-m", "stbproxy", "import", "cassette", str(cassette), "--store",
+                           str(imported)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with ProxyProcess(imported, "--mode", "replay") as proxy:
+        assert run_client(plan(server.url, CALLS[::-1]), proxy.client_env())[1:] == recorded[1:][::-1]
