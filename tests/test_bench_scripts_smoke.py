@@ -49,3 +49,11 @@ def test_bench_inprocess_quick():
     assert re.search(r"in-process \(stb_replay, requests-mock\): [\d.]+ s wall \(median of 1\)", out), out
     assert re.search(r"through the proxy \(stb_proxy, stbproxy serve per test\): [\d.]+ s wall", out), out
     assert re.search(r"ratio proxy / in-process: [\d.]+x", out) and "all tests passed" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_bench_mcp_quick():
+    out = run_script("bench_mcp.py", timeout=80)
+    assert re.search(r"CPU per hit at concurrency 16: MCP tools/call [\d.]+ ms, /virtual [\d.]+ ms: [\d.]+", out), out
+    assert "all answers checked" in out, out
