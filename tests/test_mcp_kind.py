@@ -200,3 +200,19 @@ def test_tool_lists_are_found_in_the_store_when_none_was_seen():
                                                  DEFAULT_RULES), Fixed("just text"), "down"))
     document = json.loads(result.response.body)["result"]
     assert document["content"] == [{"type": "text", "text": "just text"}] and "structuredContent" not in document
+
+
+def test_a_message_repeated_with_another_id_is_the_same_call_with_that_id(kind):
+    def sent(message_id, first=False):
+        body = {"jsonrpc": "2.0", "id": message_id, "method": "tools/call", "params": {"name": "forecast"}}
+        text = json.dumps(body) if first else json.dumps({k: body[k] for k in ("method", "params", "jsonrpc", "id")})
+        return Request("POST", URL, (("Content-Type", "application/json"), ("Content-Length", str(len(text)))),
+                       text.encode())
+
+    for first in (False, True):  # the id last (SDK 1.x) or first (SDK 2.x)
+        one, two, named = (kind.call(sent(i, first), DEFAULT_RULES) for i in (1, 12345, "a-b"))
+        assert one.key == two.key == named.key
+        assert (one.facts["id"], two.facts["id"], named.facts["id"]) == (1, 12345, "a-b")
+        assert two.request.body == sent(12345, first).body and two.upstream is two.request
+    other = kind.call(post(rpc("tools/call", {"name": "add"}, message_id=1)), DEFAULT_RULES)
+    assert other.key != one.key

@@ -10,6 +10,7 @@ comes back byte for byte.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,26 @@ def read(body: bytes) -> Message:
     return Message(REQUEST, method, value["id"], params)
 
 
+# Where clients write a request's id: last (the Python SDK 1.x: ``...,"jsonrpc":"2.0","id":3}``)
+# or first after the version (``{"jsonrpc":"2.0","id":3,"method":...``).
+_ID_LAST = re.compile(rb',\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+_ID_FIRST = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,')
+
+
+def id_apart(body: bytes) -> tuple[Any, bytes] | None:
+    """(the id, the body without it) when a request writes its id where clients do, else
+    None: two messages that differ by their id alone have the same remainder."""
+    found = _ID_LAST.search(body) or _ID_FIRST.match(body)
+    if found is None:
+        return None
+    try:
+        message_id = json.loads(found.group(1))
+    except ValueError:
+        return None
+    start, end = found.span(1)
+    return message_id, body[:start] + body[end:]
+
+
 def error_body(message_id: Any, code: int, text: str, data: Any = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": text}
     if data is not None:
@@ -84,10 +105,16 @@ def answer_of(body: bytes) -> dict | None:
     return value if "result" in value or "error" in value else None
 
 
+# How servers write an answer's head (``{"jsonrpc":"2.0","id":7,"result"``): found by one
+# match, where the general scan below walks the object byte by byte.
+ANSWER_HEAD = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*"|null)\s*,\s*"(?:result|error)"')
+
+
 def with_id(text: bytes, new_id: Any) -> bytes:
     """``text`` (one JSON object) with its top-level ``id`` member set to ``new_id``; the
     same bytes when it already holds it, or when it has no such member."""
-    span = _top_level_member(text, b"id")
+    head = ANSWER_HEAD.match(text)
+    span = head.span(1) if head else _top_level_member(text, b"id")
     if span is None:
         return text
     encoded = json.dumps(new_id, ensure_ascii=False).encode()

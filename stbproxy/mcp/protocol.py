@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import quote, unquote, urlsplit
 
-from stbproxy.models import Headers, Request, header_value
+from stbproxy.models import Headers, Request
+from stbproxy.recent import Recent
 
 SESSION_ERA, STATELESS_ERA = "session", "stateless"
 DEFAULT_SESSION_VERSION = "2025-03-26"  # what a server assumes when the header is missing
@@ -65,14 +66,22 @@ class Era:
     version: str
 
 
-def era_of(method: str, params: Any, headers: Headers) -> Era:
-    """The era and protocol version a request speaks."""
+def lowered(headers: Headers) -> dict[str, str]:
+    """A request's headers by lower-case name (the first value of each), read once."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        out.setdefault(name.lower(), value)
+    return out
+
+
+def era_of(method: str, params: Any, headers: Mapping[str, str]) -> Era:
+    """The era and protocol version a request speaks (``headers``: by lower-case name)."""
     meta = params.get("_meta") if isinstance(params, dict) else None
     if isinstance(meta, dict) and isinstance(meta.get(META_VERSION), str):
         return Era(STATELESS_ERA, meta[META_VERSION])
     if method == "initialize" and isinstance(params, dict) and isinstance(params.get("protocolVersion"), str):
         return Era(SESSION_ERA, params["protocolVersion"])
-    return Era(SESSION_ERA, header_value(headers, VERSION_HEADER) or DEFAULT_SESSION_VERSION)
+    return Era(SESSION_ERA, headers.get(VERSION_HEADER.lower()) or DEFAULT_SESSION_VERSION)
 
 
 def carries_input_responses(params: Any) -> bool:
@@ -86,18 +95,19 @@ def named(method: str, params: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def header_mismatch(method: str, params: Any, headers: Headers, era: Era) -> str | None:
-    """Why a stateless-era request's headers do not say what its body says, or None."""
+def header_mismatch(method: str, params: Any, headers: Mapping[str, str], era: Era) -> str | None:
+    """Why a stateless-era request's headers (by lower-case name) do not say what its body
+    says, or None."""
     if era.name != STATELESS_ERA:
         return None
-    sent_method = header_value(headers, METHOD_HEADER)
+    sent_method = headers.get(METHOD_HEADER.lower())
     if sent_method is not None and sent_method != method:
         return f"the {METHOD_HEADER} header says {sent_method!r} but the body's method is {method!r}"
     name = named(method, params)
-    sent_name = header_value(headers, NAME_HEADER)
+    sent_name = headers.get(NAME_HEADER.lower())
     if sent_name is not None and name is not None and decoded_header(sent_name) != name:
         return f"the {NAME_HEADER} header says {decoded_header(sent_name)!r} but the body names {name!r}"
-    version = header_value(headers, VERSION_HEADER)
+    version = headers.get(VERSION_HEADER.lower())
     if version is not None and version != era.version:
         return f"the {VERSION_HEADER} header says {version!r} but _meta says {era.version!r}"
     return None
@@ -131,6 +141,16 @@ def keyed_params(method: str, params: Any) -> Any:
 def server_id(url: str) -> str:
     """A server's identity: scheme, host, port (when not the default) and path of its URL
     (a stdio server's URL, stdio_url's, as it is)."""
+    known = _SERVER_IDS.get(url)
+    if known is None:
+        known = _SERVER_IDS.put(url, _server_id(url))
+    return known
+
+
+_SERVER_IDS: Recent[str] = Recent(256)  # a client calls a few servers, many times each
+
+
+def _server_id(url: str) -> str:
     if url.startswith("stdio://"):
         return url
     parts = urlsplit(url)
@@ -194,6 +214,6 @@ def key_parts(stored_key: str) -> Mapping[str, str] | None:
     return {"where": parts[1], "method": "/".join(parts[3:-2]), "name": unquote(parts[-2])}
 
 
-def is_json_rpc_post(request: Request) -> bool:
-    content_type = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
+def is_json_rpc_post(request: Request, headers: Mapping[str, str]) -> bool:
+    content_type = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     return request.method == "POST" and content_type in ("application/json", "") and request.body[:1] in (b"{", b"[")

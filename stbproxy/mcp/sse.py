@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from stbproxy import jsonsafe
-from stbproxy.mcp.jsonrpc import with_id
+from stbproxy.mcp.jsonrpc import ANSWER_HEAD, with_id
 
 EVENT_STREAM = "text/event-stream"
 _BLOCK_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
@@ -56,12 +56,12 @@ def answer_in(body: bytes) -> dict | None:
     return None
 
 
-def with_answer_id(body: bytes, is_answer: Callable[[dict], bool], new_id: Any) -> bytes:
-    """``body`` with the id of each JSON-RPC response event that ``is_answer`` picks set to
+def with_answer_id(body: bytes, new_id: Any) -> bytes:
+    """``body`` with the id of each JSON-RPC response event (a result or an error) set to
     ``new_id``; every other byte as it was."""
     out = bytearray()
     for block, separator in _blocks_with_separators(body):
-        out += _rewritten(block, is_answer, new_id) + separator
+        out += _rewritten(block, new_id) + separator
     return bytes(out)
 
 
@@ -79,19 +79,24 @@ def encode(items: list[Event]) -> bytes:
     return bytes(out)
 
 
-def _rewritten(block: bytes, is_answer: Callable[[dict], bool], new_id: Any) -> bytes:
+def _rewritten(block: bytes, new_id: Any) -> bytes:
+    if b'"result"' not in block and b'"error"' not in block:
+        return block  # a notification, a server's request, a priming event: as recorded
     lines = block.splitlines(keepends=True)  # each line keeps its own ending
     data_lines = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
     if not data_lines:
         return block
     data = b"\n".join(_field_value(lines[i].rstrip(b"\r\n")) for i in data_lines)
-    try:
-        message = jsonsafe.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return block
-    if not isinstance(message, dict) or not ("result" in message or "error" in message) or not is_answer(message):
-        return block
+    if ANSWER_HEAD.match(data) is None:  # not written as servers write answers: read it to be sure
+        try:
+            message = jsonsafe.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            return block
+        if not isinstance(message, dict) or not ("result" in message or "error" in message) or "method" in message:
+            return block
     rewritten = with_id(data, new_id)
+    if rewritten is data:
+        return block
     if len(data_lines) == 1:
         i = data_lines[0]
         line = lines[i]

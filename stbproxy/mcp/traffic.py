@@ -41,6 +41,7 @@ from stbproxy.mcp.protocol import Era
 from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool_result, tool_doc
 from stbproxy.models import ApiRef, Request, Response, Source
+from stbproxy.recent import Recent
 from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb.validity import FailureKind, Verdict
@@ -48,11 +49,13 @@ from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 NAME = "mcp"
+SESSION = protocol.SESSION_HEADER.lower()
 # Error codes of the proxy's own answers (the range MCP leaves to implementations).
 REPLAY_MISS, NO_ANSWER, NOT_SIMULATED = -32010, -32011, -32012
 # JSON-RPC errors that say the request was wrong: the server's real answer to it.
 REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
                             jsonrpc.INVALID_PARAMS, -32002, -32020, -32021, -32022})
+CALLS_KEPT = 2048  # calls made recently, by their message without its id
 PROXY_FAILURES = frozenset({Source.MISS, Source.ERROR, Source.UNAVAILABLE, Source.SIMULATED_ERROR})
 JSON = (("Content-Type", "application/json"),)
 
@@ -63,35 +66,52 @@ class Mcp(BaseKind):
     def __init__(self, stored: StoredBodies | None = None) -> None:
         self.tools = ToolIndex(stored)
         self.sessions = SessionMap()
+        self._made: Recent[Call] = Recent(CALLS_KEPT)
 
     # -- recognising -------------------------------------------------------------------
     def call(self, request: Request, rules: KeyRules) -> Call | None:
+        # A client's calls differ by their JSON-RPC id alone when it repeats one: the call
+        # made of the same message with another id serves again, with this id.
+        seen = jsonrpc.id_apart(request.body) if request.method == "POST" else None
+        if seen is not None:
+            memo_key = (request.url, tuple(h for h in request.headers if h[0].lower() != "content-length"), rules,
+                        seen[1])
+            made = self._made.get(memo_key)
+            if made is not None:
+                return replace(made, request=request, upstream=request, facts={**made.facts, "id": seen[0]})
+        call = self._call(request, rules)
+        if seen is not None and call is not None and call.keep and call.facts.get("id") == seen[0]:
+            self._made.put(memo_key, call)
+        return call
+
+    def _call(self, request: Request, rules: KeyRules) -> Call | None:
+        headers = protocol.lowered(request.headers)
         if request.method in ("GET", "DELETE"):
-            if request.header(protocol.SESSION_HEADER) is None:
+            if SESSION not in headers:
                 return None
             call = self._passed_on(request, request.method, None)
             # The session's GET stream carries only what a server starts itself (list changes,
             # its own requests), never an answer: the proxy offers none (405), in every mode.
             return replace(call, upstream=None) if request.method == "GET" else call
-        if not protocol.is_json_rpc_post(request):
+        if not protocol.is_json_rpc_post(request, headers):
             return None
         message = jsonrpc.read(request.body)
         if message.kind == jsonrpc.RESPONSE:
-            return self._passed_on(request, "response", None) if _speaks_mcp(request) else None
+            return self._passed_on(request, "response", None) if _speaks_mcp(headers) else None
         if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not protocol.is_mcp_method(message.method):
             return None
         if message.kind == jsonrpc.NOTIFICATION:
             return self._passed_on(request, message.method, None)
-        era = protocol.era_of(message.method, message.params, request.headers)
+        era = protocol.era_of(message.method, message.params, headers)
         facts = {"method": message.method, "id": message.id, "era": era.name, "version": era.version,
                  "server": protocol.server_id(request.url)}
-        mismatch = protocol.header_mismatch(message.method, message.params, request.headers, era)
+        mismatch = protocol.header_mismatch(message.method, message.params, headers, era)
         if mismatch:
             return Call(f"mcp-refused/{message.method}", request, None, host=request.host, kind=self.name,
                         keep=False, faultable=False, facts={**facts, "refused": mismatch})
         if message.method not in protocol.CACHED_METHODS or protocol.carries_input_responses(message.params):
             return self._passed_on(request, message.method, message.id, facts)
-        auth = _auth_context(request, rules)
+        auth = _auth_context(headers, rules)
         key = protocol.key(facts["server"], message.method, message.params, era, auth)
         name = protocol.named(message.method, message.params)
         arguments = message.params.get("arguments") if isinstance(message.params, dict) else None
@@ -149,7 +169,7 @@ class Mcp(BaseKind):
             self.tools.note(facts["server"], response)
         body = response.body
         if sse.is_event_stream(response.header("content-type")):
-            body = sse.with_answer_id(body, lambda _message: True, facts["id"])
+            body = sse.with_answer_id(body, facts["id"])
         else:
             body = jsonrpc.with_id(body, facts["id"])
         served = Response(response.status, response.headers, body, response.reason)
@@ -259,16 +279,18 @@ class Mcp(BaseKind):
         return Response(200, JSON, jsonrpc.error_body(call.facts.get("id"), code, text))
 
 
-def _speaks_mcp(request: Request) -> bool:
-    return request.header(protocol.SESSION_HEADER) is not None or request.header(protocol.VERSION_HEADER) is not None
+def _speaks_mcp(headers: Mapping[str, str]) -> bool:
+    return SESSION in headers or protocol.VERSION_HEADER.lower() in headers
 
 
-def _auth_context(request: Request, rules: KeyRules) -> str:
+_NOT_AUTH = frozenset({"proxy-authorization", "mcp-session-id"})  # the proxy's own, and a session's
+
+
+def _auth_context(headers: Mapping[str, str], rules: KeyRules) -> str:
     """A digest of the credentials a request carries (empty when it carries none): calls
     with other credentials get other answers; the values themselves are never kept."""
-    values = sorted((name.lower(), value) for name, value in request.headers
-                    if name.lower() in rules.secret_headers and name.lower() not in ("proxy-authorization",
-                                                                                     "mcp-session-id"))
+    secret = rules.secret_headers
+    values = sorted((name, value) for name, value in headers.items() if name not in _NOT_AUTH and name in secret)
     if not values:
         return ""
     material = json.dumps(values).encode("utf-8", "surrogatepass")
