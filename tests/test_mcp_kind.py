@@ -14,6 +14,7 @@ from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.traffic import NOT_SIMULATED, REPLAY_MISS, Mcp
 from stbproxy.models import Request, Response, Source
 from stbproxy.sim.simulation import Simulation, SimulationRequest
+from tests.mcp_demo import rpc
 
 URL = "http://127.0.0.1:9/mcp"
 SSE = (("Content-Type", "text/event-stream"),)
@@ -27,15 +28,6 @@ TOOLS = {"tools": [{"name": "forecast", "description": "Weather.", "inputSchema"
 
 def post(body: dict, *headers: tuple[str, str]) -> Request:
     return Request("POST", URL, (("Content-Type", "application/json"), *headers), json.dumps(body).encode())
-
-
-def rpc(method: str, params=None, message_id=1) -> dict:
-    body = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        body["params"] = params
-    if message_id is not None:
-        body["id"] = message_id
-    return body
 
 
 def answer(message_id, result) -> Response:

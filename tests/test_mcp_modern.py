@@ -105,3 +105,22 @@ def test_headers_that_contradict_the_body_are_a_400_never_stored(tmp_path, pytho
     assert answer.json()["error"]["code"] == -32020 and "Mcp-Name" in answer.json()["error"]["message"]
     with Store(store, readonly=True) as db:
         assert list(db.keys("mcp/")) == []
+
+
+def test_the_stateless_era_simulates_a_new_call_and_fails_tools_on_purpose(tmp_path, python2):
+    store = tmp_path / "store"
+    with ModernServer(python2, tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            modern_client(python2, {"url": server.url, "steps": [["tools"], ["call", "shout", {"word": "a"}]]},
+                          proxy.client_env())
+    # the server is gone: a call it never answered is made up from its stored tools/list
+    with ProxyProcess(store, "--simulator", "schema") as proxy:
+        simulated = modern_client(python2, {"url": server.url, "steps": [
+            ["call", "add", {"a": 4, "b": 5}], ["call", "add", {"a": "four"}]]}, proxy.client_env())
+    made, refused = simulated[1:]
+    assert set(made["structured_content"]) == {"total", "note"} and made["is_error"] is False
+    assert refused["is_error"] is True and "Invalid arguments for tool add" in refused["content"][0]["text"]
+    with ProxyProcess(store, "--mode", "replay", "--faults", "tool-error,tool=shout") as proxy:
+        faulted = modern_client(python2, {"url": server.url, "steps": [["call", "shout", {"word": "a"}]]},
+                                proxy.client_env())
+    assert faulted[1]["is_error"] is True and "Injected fault" in faulted[1]["content"][0]["text"]

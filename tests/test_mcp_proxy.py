@@ -29,6 +29,12 @@ def plan(server_url: str, steps: list) -> dict:
     return {"url": server_url, "steps": steps}
 
 
+def record(store, server: McpServer, steps: list, *options: str) -> list:
+    """What the client got for ``steps`` through a record-mode proxy into ``store``."""
+    with ProxyProcess(store, "--mode", "record", *options) as proxy:
+        return run_client(plan(server.url, steps), proxy.client_env())
+
+
 @pytest.mark.parametrize("answers", ["sse", "json"])
 def test_recorded_calls_replay_identically_after_the_server_is_gone(tmp_path, answers):
     store = tmp_path / "store"
@@ -50,8 +56,7 @@ def test_recorded_calls_replay_identically_after_the_server_is_gone(tmp_path, an
 def test_a_replay_miss_is_an_error_the_client_reads_at_once(tmp_path):
     store = tmp_path / "store"
     with McpServer(tmp_path) as server:
-        with ProxyProcess(store, "--mode", "record") as proxy:
-            run_client(plan(server.url, [["tools"], ["call", "add", {"a": 1, "b": 1}]]), proxy.client_env())
+        record(store, server, [["tools"], ["call", "add", {"a": 1, "b": 1}]])
     with ProxyProcess(store, "--mode", "replay") as proxy:
         got = run_client(plan(server.url, [["call", "add", {"a": 1, "b": 2}]]), proxy.client_env())
     assert got[1]["error"]["code"] == -32010
@@ -61,8 +66,7 @@ def test_a_replay_miss_is_an_error_the_client_reads_at_once(tmp_path):
 def test_a_tool_call_the_server_never_answered_is_simulated_from_its_stored_tool_list(tmp_path):
     store = tmp_path / "store"
     with McpServer(tmp_path) as server:
-        with ProxyProcess(store, "--mode", "record") as proxy:
-            run_client(plan(server.url, [["tools"]]), proxy.client_env())
+        record(store, server, [["tools"]])
     # the server is gone; virtual mode: the store first, else the simulator
     with ProxyProcess(store, "--simulator", "schema", "--session", "sim") as proxy:
         got = run_client(plan(server.url, [["call", "forecast", {"city": "Rome", "days": 2}],
@@ -87,8 +91,7 @@ def test_faults_fail_mcp_tools_as_mcp_does(tmp_path):
     store = tmp_path / "store"
     calls = [["call", "add", {"a": 2, "b": 3}], ["call", "shout", {"word": "x"}]]
     with McpServer(tmp_path) as server:
-        with ProxyProcess(store, "--mode", "record") as proxy:
-            run_client(plan(server.url, [["tools"], *calls]), proxy.client_env())
+        record(store, server, [["tools"], *calls])
     with ProxyProcess(store, "--mode", "replay", "--faults", "tool-error,tool=add") as proxy:
         got = run_client(plan(server.url, calls), proxy.client_env())
     assert got[1]["isError"] is True and "Injected fault" in got[1]["content"][0]["text"]
@@ -164,8 +167,7 @@ def redis_values(url: str) -> dict[bytes, bytes]:
 def test_a_session_the_store_opened_reaches_the_live_server_for_a_miss(tmp_path):
     store = tmp_path / "store"
     with McpServer(tmp_path) as server:
-        with ProxyProcess(store, "--mode", "record") as proxy:
-            run_client(plan(server.url, [["tools"], ["call", "add", {"a": 1, "b": 2}]]), proxy.client_env())
+        record(store, server, [["tools"], ["call", "add", {"a": 1, "b": 2}]])
         # virtual mode, the server up: initialize and tools/list come from the store (a session
         # id minted by the proxy), the new call goes to the server in a session of its own
         with ProxyProcess(store, "--session", "mixed") as proxy:
@@ -230,8 +232,7 @@ def test_the_llm_simulator_answers_an_mcp_tool_from_its_schemas(tmp_path):
 
     store = tmp_path / "store"
     with McpServer(tmp_path) as server:
-        with ProxyProcess(store, "--mode", "record") as proxy:
-            run_client(plan(server.url, [["tools"], ["call", "forecast", {"city": "Oslo"}]]), proxy.client_env())
+        record(store, server, [["tools"], ["call", "forecast", {"city": "Oslo"}]])
     with FakeOpenAI(simulator_model) as llm:
         env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-simulator-test"}
         with ProxyProcess(store, "--simulator", "llm", "--sim-model", "fake", env=env) as proxy:

@@ -9,6 +9,7 @@ import pytest
 
 from stbcore.tool_calls import WireCall, answer_text, names_match, read_tool_call
 from stbcore.toolbench_names import function_name
+from tests.mcp_demo import rpc
 
 
 def virtual(**fields):
@@ -46,13 +47,7 @@ def test_a_long_name_is_cut_as_the_agent_saw_it():
     assert wire.name == function_name(api, tool) and len(wire.name) == 64
 
 
-def mcp(method, params=None, message_id=1):
-    body = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        body["params"] = params
-    if message_id is not None:
-        body["id"] = message_id
-    return body
+mcp = rpc
 
 
 SESSION = {"mcp-session-id": "s1"}

@@ -99,3 +99,13 @@ class StdioCommand:
 
     def lines(self) -> list[str]:
         return self.calls_file.read_text().split() if self.calls_file.exists() else []
+
+
+def rpc(method: str, params=None, message_id=1) -> dict:
+    """A JSON-RPC message: a request, or a notification when ``message_id`` is None."""
+    body: dict = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        body["params"] = params
+    if message_id is not None:
+        body["id"] = message_id
+    return body
