@@ -208,3 +208,11 @@ def test_a_message_repeated_with_another_id_is_the_same_call_with_that_id(kind):
         assert two.request.body == sent(12345, first).body and two.upstream is two.request
     other = kind.call(post(rpc("tools/call", {"name": "add"}, message_id=1)), DEFAULT_RULES)
     assert other.key != one.key
+
+
+def test_results_the_proxy_makes_in_the_stateless_era_say_they_are_final(kind):
+    meta = {protocol.META_VERSION: "2026-07-28", protocol.META_CAPABILITIES: {}}
+    call = kind.call(post(rpc("tools/call", {"name": "forecast", "_meta": meta})), DEFAULT_RULES)
+    assert json.loads(kind.injected(call, "tool-error", "tool-error").body)["result"]["resultType"] == "complete"
+    older = kind.call(post(rpc("tools/call", {"name": "forecast"})), DEFAULT_RULES)
+    assert "resultType" not in json.loads(kind.injected(older, "tool-error", "tool-error").body)["result"]
