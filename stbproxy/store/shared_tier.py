@@ -128,9 +128,10 @@ class SharedTier:
         self._closing = True
         for task in self._tasks:
             task.cancel()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Bounded: a task stuck on a server that stopped answering never holds up shutdown.
+        pending = [task for task in (self._reader, *self._tasks) if task is not None and not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=OP_TIMEOUT * 3)
         if self._queue:
             log.warning("shared tier %s: %d writes not pushed at shutdown", self.url.redacted, len(self._queue))
         await self._drop_client()
@@ -342,7 +343,9 @@ class SharedTier:
 
 
 async def _close_quietly(client) -> None:
+    """Close a client, for at most OP_TIMEOUT: a connection to a server that stopped answering
+    (paused, or its host gone) may wait forever on its goodbye."""
     try:
-        await client.aclose()
-    except FAILURES:
+        await asyncio.wait_for(client.aclose(), OP_TIMEOUT)
+    except FAILURES:  # a timeout among them
         pass
