@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from stbproxy.cli.common import SIGPIPE_EXIT, CtrlC, OneLineErrors
+from stbproxy.cli.common import SIGPIPE_EXIT, OneLineErrors, ctrl_c_between_writes
 from stbproxy.store.embedded import Store
 from tests.test_cli_process import SCRIPT
 
@@ -127,23 +127,33 @@ def test_ctrl_c_during_an_import_says_what_was_imported_and_leaves_a_consistent_
 
 
 def test_a_second_ctrl_c_inside_a_finalizer_stops_at_the_end_of_the_next_write():
-    """Python prints and drops an exception raised in a __del__ (a progress bar collected in
-    the middle of the loop): the second press is kept for the end of the next write."""
-    ctrl_c = CtrlC()
+    """Python prints and drops an exception raised where nothing can catch it (a progress
+    bar's __del__, a weak reference's callback): the press is kept for the end of the next
+    write, and nothing is printed."""
+    import weakref
 
     class Collected:
         def __del__(self):
-            ctrl_c.on_signal(signal.SIGINT, sys._getframe())
+            ctrl_c.on_signal(signal.SIGINT, None)
 
-    with ctrl_c.stoppable():
-        ctrl_c.on_signal(signal.SIGINT, sys._getframe())
-        Collected()  # collected at once: its __del__ takes the second press without raising
-        assert ctrl_c.presses == 2
-        with pytest.raises(KeyboardInterrupt):
-            with ctrl_c.holding():
-                pass
-        with pytest.raises(KeyboardInterrupt):  # outside a finalizer, a further press stops at once
-            ctrl_c.on_signal(signal.SIGINT, sys._getframe())
+    class Referent:
+        pass
+
+    before = sys.unraisablehook
+    with ctrl_c_between_writes() as ctrl_c:
+        ctrl_c.presses = 1  # the first press asked the loop to stop at its next file
+        with ctrl_c.stoppable():
+            Collected()  # collected at once: its __del__ takes the second press
+            referent = Referent()
+            watching = weakref.ref(referent, lambda _ref: ctrl_c.on_signal(signal.SIGINT, None))
+            del referent  # the callback takes a third
+            assert ctrl_c.presses == 3 and watching() is None
+            with pytest.raises(KeyboardInterrupt):
+                with ctrl_c.holding():
+                    pass
+            with pytest.raises(KeyboardInterrupt):  # outside a finalizer, a further press stops at once
+                ctrl_c.on_signal(signal.SIGINT, None)
+    assert sys.unraisablehook is before
 
 
 def json_cassettes(folder, files: int, interactions: int) -> list[str]:

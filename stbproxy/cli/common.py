@@ -189,16 +189,23 @@ class CtrlC:
     def requested(self) -> bool:
         return self.presses > 0
 
-    def on_signal(self, _signum, frame) -> None:
+    def on_signal(self, _signum, _frame) -> None:
         self.presses += 1
         if self.presses < 2 or not self._stoppable:
             return
-        if self._holding or _in_finalizer(frame):
-            # Python prints and drops an exception raised in a __del__ (a progress bar's,
-            # collected mid-loop): stop at the end of the next write instead.
+        if self._holding:
             self._held = True
         else:
             raise KeyboardInterrupt
+
+    def unraisable(self, unraisable, previous) -> None:
+        """Python drops an exception raised where nothing can catch it (a finalizer: a progress
+        bar's __del__, a weak reference's callback) and prints it. A press that lands there
+        stops the loop at the end of the next write instead; anything else is shown as before."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.presses >= 2:
+            self._held = True
+            return
+        previous(unraisable)
 
     @contextlib.contextmanager
     def stoppable(self):
@@ -219,14 +226,6 @@ class CtrlC:
             raise KeyboardInterrupt
 
 
-def _in_finalizer(frame) -> bool:
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
-
-
 @contextlib.contextmanager
 def ctrl_c_between_writes():
     """A CtrlC for the block (signal handlers belong to the main thread: elsewhere, as under
@@ -236,10 +235,13 @@ def ctrl_c_between_writes():
         yield ctrl_c
         return
     previous = signal.signal(signal.SIGINT, ctrl_c.on_signal)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: ctrl_c.unraisable(unraisable, previous_hook)
     try:
         yield ctrl_c
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
 
 
 def interrupted(done: str) -> None:
