@@ -118,8 +118,8 @@ class Mcp(BaseKind):
         is_tool = message.method == "tools/call" and name is not None
         if is_tool:  # named in session records, for counts by server and tool
             facts = {**facts, "tool": name, "where": protocol.server_label(facts["server"])}
-        return Call(key, request, request, ApiRef(protocol.server_id(request.url), name or "", name or "")
-                    if is_tool else None, arguments if isinstance(arguments, dict) else {}, request.host,
+        api = ApiRef(facts["server"], name, name) if is_tool else None
+        return Call(key, request, request, api, arguments if isinstance(arguments, dict) else {}, request.host,
                     kind=self.name, faultable=is_tool, private=bool(auth), facts=facts)
 
     def _passed_on(self, request: Request, what: str, message_id: Any, facts: Mapping | None = None) -> Call:
