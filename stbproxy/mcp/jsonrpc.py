@@ -65,6 +65,7 @@ def read(body: bytes) -> Message:
 
 # Where clients write a request's id: last (the Python SDK 1.x: ``...,"jsonrpc":"2.0","id":3}``)
 # or first after the version (``{"jsonrpc":"2.0","id":3,"method":...``).
+ID_TAIL = 96  # where the last member can be: an id, "jsonrpc", and room for whitespace
 _ID_LAST = re.compile(rb',\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
 _ID_FIRST = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,')
 
@@ -72,7 +73,7 @@ _ID_FIRST = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(
 def id_apart(body: bytes) -> tuple[Any, bytes] | None:
     """(the id, the body without it) when a request writes its id where clients do, else
     None: two messages that differ by their id alone have the same remainder."""
-    found = _ID_LAST.search(body) or _ID_FIRST.match(body)
+    found = _ID_LAST.search(body, max(0, len(body) - ID_TAIL)) or _ID_FIRST.match(body)
     if found is None:
         return None
     try:

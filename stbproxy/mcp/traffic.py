@@ -70,6 +70,8 @@ class Mcp(BaseKind):
 
     # -- recognising -------------------------------------------------------------------
     def call(self, request: Request, rules: KeyRules) -> Call | None:
+        if request.method == "POST" and b'"jsonrpc"' not in request.body:
+            return None  # no JSON-RPC message: found by one scan in C, every other POST is never parsed here
         # A client's calls differ by their JSON-RPC id alone when it repeats one: the call
         # made of the same message with another id serves again, with this id.
         seen = jsonrpc.id_apart(request.body) if request.method == "POST" else None
