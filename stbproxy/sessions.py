@@ -41,8 +41,9 @@ def safe_session_name(raw: str) -> str:
     return cleaned
 
 
-def default_session_name(now: float | None = None) -> str:
-    return time.strftime("serve-%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+def default_session_name(now: float | None = None, command: str = "serve") -> str:
+    """``<command>-<UTC time>``: the session of a run that names none."""
+    return time.strftime(f"{command}-%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
 
 
 def proxy_url(host: str, port: int, session: str | None = None) -> str:

@@ -70,3 +70,18 @@ def test_the_servers_exit_status_is_the_commands(tmp_path):
     assert "child says bye" in done.stderr  # the child's stderr passes through
     answer = json.loads(done.stdout.strip().splitlines()[-1])  # and stdout holds MCP messages alone
     assert answer["id"] == 0 and answer["error"]["code"] == -32011
+
+
+def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_nothing_is_kept(tmp_path):
+    script = Path(sys.executable).with_name("stbproxy")
+    store = tmp_path / "store"
+    lines = "this is not json\n" + '{"jsonrpc": "2.0", "id": 1}\n' + "[1, 2]\n"
+    done = subprocess.run([str(script), "mcp-stdio", "--store", str(store), "--simulator", "schema", "--",
+                           sys.executable, "-c", "import sys; sys.stdin.read()"],
+                          input=lines, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["error"]["code"] for a in answers] == [-32700, -32600, -32600]
+    assert all(a["id"] is None and "not a JSON-RPC message" in a["error"]["message"] for a in answers)
+    with Store(store, readonly=True) as db:
+        assert list(db.entries()) == []  # nothing keyed, simulated or stored

@@ -70,8 +70,7 @@ def mcp_stdio(mode, store, session, simulator, sim_model, faults, fault_seed, va
     except StbError as exc:
         fail(str(exc))
     try:
-        code = asyncio.run(_serve(settings, list(command), session or default_session_name().replace(
-            "serve-", "stdio-")))
+        code = asyncio.run(_serve(settings, list(command), session or default_session_name(command="stdio")))
     except StbError as exc:
         fail(str(exc))
     sys.exit(code)
@@ -105,6 +104,10 @@ async def _serve(settings, argv: list[str], session: str) -> int:
 
     async def answer(line: bytes) -> None:
         message = jsonrpc.read(line)
+        if message.kind in (jsonrpc.INVALID, jsonrpc.BATCH):  # nothing to key, store or pass on
+            code = jsonrpc.PARSE_ERROR if message.why.startswith("not JSON") else jsonrpc.INVALID_REQUEST
+            await to_client(jsonrpc.error_body(None, code, f"stbproxy: not a JSON-RPC message of MCP's: {message.why}"))
+            return
         if message.kind == jsonrpc.REQUEST and message.method == "initialize":
             server.initialize = line  # for a server started later, after the store answered this
         request = Request("POST", url, (("Content-Type", "application/json"),), line)

@@ -32,6 +32,7 @@ DEFAULT_SESSION_VERSION = "2025-03-26"  # what a server assumes when the header 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 
+STDIO_SCHEME = "stdio://"  # the URL stdio_url gives a stdio server
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 METHOD_HEADER = "Mcp-Method"
@@ -151,7 +152,7 @@ _SERVER_IDS: Recent[str] = Recent(256)  # a client calls a few servers, many tim
 
 
 def _server_id(url: str) -> str:
-    if url.startswith("stdio://"):
+    if url.startswith(STDIO_SCHEME):
         return url
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
@@ -171,7 +172,7 @@ def stdio_url(argv: list[str]) -> str:
     command line (which may hold secrets, and so is never written as it is)."""
     program = quote(argv[0].rsplit("/", 1)[-1].lower(), safe="") or "server"
     digest = hashlib.sha256(json.dumps(argv, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"stdio://{program}/{digest[:16]}"
+    return f"{STDIO_SCHEME}{program}/{digest[:16]}"
 
 
 def key(server: str, method: str, params: Any, era: Era, auth: str = "") -> str:
@@ -193,15 +194,15 @@ def key_prefix(server: str, method: str, name: str | None = None) -> str:
 
 
 def _where(server: str) -> str:
-    if server.startswith("stdio://"):
+    if server.startswith(STDIO_SCHEME):
         return "stdio"
     return quote(urlsplit(server).netloc.lower(), safe=":[]") or "-"
 
 
 def server_label(server: str) -> str:
     """How a server is shown: its host and port, or ``stdio:<program>``."""
-    if server.startswith("stdio://"):
-        return "stdio:" + unquote(server[8:].split("/", 1)[0])
+    if server.startswith(STDIO_SCHEME):
+        return "stdio:" + unquote(server[len(STDIO_SCHEME):].split("/", 1)[0])
     return urlsplit(server).netloc.lower() or server
 
 

@@ -98,9 +98,11 @@ class Mcp(BaseKind):
         if not protocol.is_json_rpc_post(request, headers):
             return None
         message = jsonrpc.read(request.body)
+        over_stdio = request.url.startswith(protocol.STDIO_SCHEME)  # every message there is MCP's
         if message.kind == jsonrpc.RESPONSE:
-            return self._passed_on(request, "response", None) if _speaks_mcp(headers) else None
-        if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not protocol.is_mcp_method(message.method):
+            return self._passed_on(request, "response", None) if over_stdio or _speaks_mcp(headers) else None
+        if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not (
+                over_stdio or protocol.is_mcp_method(message.method)):
             return None
         if message.kind == jsonrpc.NOTIFICATION:
             return self._passed_on(request, message.method, None)
