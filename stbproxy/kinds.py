@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 from stbproxy.keys import KeyRules
+from stbproxy.mcp.tools import StoredBodies
 from stbproxy.mcp.traffic import Mcp
 from stbproxy.models import Request
 from stbproxy.stb.catalog import Catalog
@@ -20,9 +21,18 @@ _KEYING_MCP = Mcp()  # keys need no state: one instance serves every keying-only
 
 
 @functools.lru_cache(maxsize=16)  # imports key every entry with the same catalog
-def kinds_for(catalog: Catalog | None, mcp: Mcp = _KEYING_MCP) -> Kinds:
-    """The kinds of a proxy with this catalog. ``mcp``: a proxy's own MCP kind (it keeps
-    the tool lists it saw and the sessions it minted); the default one only keys."""
+def kinds_for(catalog: Catalog | None) -> Kinds:
+    """The kinds that key a request for a proxy with this catalog (imports, exports, tests)."""
+    return _kinds(catalog, _KEYING_MCP)
+
+
+def proxy_kinds(catalog: Catalog | None, stored: StoredBodies) -> Kinds:
+    """The kinds of one running proxy: its MCP kind keeps the tool lists it saw (else reads
+    them with ``stored``: the answers kept under a key prefix) and the sessions it minted."""
+    return _kinds(catalog, Mcp(stored))
+
+
+def _kinds(catalog: Catalog | None, mcp: Mcp) -> Kinds:
     return Kinds((StableToolBench(catalog), mcp, LlmApi(), PlainHttp()))
 
 

@@ -13,7 +13,6 @@ from stbproxy.cassettes.store import CassetteStore, describe_miss
 from stbproxy.stb.catalog import Catalog
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
-from stbproxy.mcp.traffic import Mcp
 from stbproxy.models import Mode, Response
 from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
 from stbproxy.sessions import default_session_name
@@ -24,7 +23,7 @@ from stbproxy.sim.simulation import NoSimulator
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
-from stbproxy.kinds import kinds_for
+from stbproxy.kinds import proxy_kinds
 from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
@@ -33,7 +32,7 @@ log = logging.getLogger("stbproxy")
 
 
 def stored_answers(store) -> Callable[[str], Iterator[Response]]:
-    """The stored answers under a key prefix (what an MCP server's tools/list gave)."""
+    """The stored answers under a key prefix (what a kind reads back: an MCP server's tools/list)."""
     def answers(prefix: str) -> Iterator[Response]:
         return (exchange.response for exchange in store.scan(prefix))
     return answers
@@ -108,9 +107,9 @@ class Runtime:
             raise
         # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
-        self.mcp = Mcp(stored_answers(self.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             kinds=kinds_for(self.catalog, self.mcp), faults=settings.fault_plan(),
+                             kinds=proxy_kinds(self.catalog, stored_answers(self.store)),
+                             faults=settings.fault_plan(),
                              write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
@@ -130,9 +129,9 @@ class Runtime:
             raise
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
-        self.mcp = Mcp(stored_answers(self.store.store))
         self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   kinds=kinds_for(self.catalog, self.mcp), faults=settings.fault_plan(),
+                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store)),
+                                   faults=settings.fault_plan(),
                                    write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
         self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,

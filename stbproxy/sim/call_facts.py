@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from stbcore.tool_calls import WireCall, read_tool_call
 from stbproxy import keys
 from stbproxy.errors import StbError
 from stbproxy.keys import KeyRules
@@ -70,16 +71,24 @@ def call_args(request: Request, catalog: Catalog | None) -> dict[str, Any]:
     """Query, body and (when the catalog routes the URL) path parameters.
 
     /virtual calls reach the engine as the real API's request, or as a stand-in whose JSON
-    body is the arguments (api_requests.stored_request), so both read the same way.
+    body is the arguments (api_requests.stored_request), so both read the same way. A
+    request that names its tool on the wire (an MCP tools/call) gives the arguments it
+    carries, as its kind reads them back (stbcore/tool_calls.py).
     """
     args = request_args(request)
-    if args.get("jsonrpc") == "2.0" and isinstance(args.get("params"), dict):  # an MCP tools/call (a stored example)
-        arguments = args["params"].get("arguments")
-        return dict(arguments) if isinstance(arguments, dict) else {}
+    wire = wire_call(request, args)
+    if wire is not None and wire.name is not None:
+        return dict(wire.arguments)
     match = catalog.route(request.method, request.url, request.headers) if catalog else None
     if match is not None:
         args.update(match.path_params)
     return args
+
+
+def wire_call(request: Request, body: Any) -> WireCall | None:
+    """The tool call a request makes as its kind of traffic reads it off the wire, or None."""
+    return read_tool_call(request.method, request.url.split("?", 1)[0], body,
+                          {name.lower(): value for name, value in request.headers})
 
 
 def without_secrets(args: dict[str, Any], rules: KeyRules) -> dict[str, Any]:

@@ -18,11 +18,12 @@ import json
 import re
 from typing import Any, Iterable
 
-from stbcore.tool_calls import WireCall, answer_text
+from stbcore.tool_calls import answer_text
 from stbproxy import jsonsafe
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
-from stbproxy.sim.call_facts import CallFacts, body_text, call_args, without_secrets
+from stbproxy.sim.call_facts import CallFacts, body_text, call_args, wire_call, without_secrets
+from stbproxy.stb.api_requests import request_args
 from stbproxy.stb.bodies import api_body_response
 from stbproxy.stb.catalog import Catalog, Param
 
@@ -37,15 +38,15 @@ MAX_SCHEMA_IN_PROMPT = 4000  # an MCP tool's inputSchema or outputSchema
 def example_pairs(found: list[Exchange], catalog: Catalog | None, rules: KeyRules) -> list[tuple[str, str]]:
     """(arguments, answer) texts of stored exchanges, without secret arguments (an MCP
     tool's answer as its result's text, not the JSON-RPC envelope around it)."""
-    return [(_json(without_secrets(call_args(ex.request, catalog), rules)), _answer_text(ex.response.body))
+    return [(_json(without_secrets(call_args(ex.request, catalog), rules)), _answer_text(ex))
             for ex in found]
 
 
-def _answer_text(body: bytes) -> str:
-    text = body_text(body)
-    if '"jsonrpc"' in text[:200]:
-        return answer_text(WireCall("mcp", None), text)
-    return text
+def _answer_text(example: Exchange) -> str:
+    """A stored answer as its kind reads what the tool said (an MCP result's text)."""
+    text = body_text(example.response.body)
+    wire = wire_call(example.request, request_args(example.request))
+    return answer_text(wire, text) if wire is not None else text
 
 
 def fit_examples(examples: list[tuple[str, str]], budget: int) -> list[tuple[str, str]]:
