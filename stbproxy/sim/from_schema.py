@@ -42,12 +42,11 @@ class _Maker:
     def make(self, schema: Any, name: str, depth: int) -> Any:
         if schema is True or not isinstance(schema, dict):
             return {} if depth == 0 else self.gen.leaf("str", name)
-        schema = self._resolved(schema, depth)
+        schema = self._resolved(schema)
         if depth > MAX_DEPTH:
             return None
-        for documented in ("const",):
-            if documented in schema:
-                return schema[documented]
+        if "const" in schema:
+            return schema["const"]
         examples = schema.get("examples")
         if isinstance(examples, list) and examples:
             return examples[0]
@@ -64,7 +63,7 @@ class _Maker:
         if isinstance(schema.get("allOf"), list):
             merged = {k: v for k, v in schema.items() if k != "allOf"}
             for part in schema["allOf"]:
-                merged = _merged(merged, self._resolved(part, depth) if isinstance(part, dict) else {}, None)
+                merged = _merged(merged, self._resolved(part) if isinstance(part, dict) else {}, None)
             return self.make(merged, name, depth + 1)
         kind = _type_of(schema)
         if kind == "object":
@@ -83,7 +82,7 @@ class _Maker:
             return None
         return self.gen.leaf("str", name)
 
-    def _resolved(self, schema: dict, depth: int) -> dict:
+    def _resolved(self, schema: dict) -> dict:
         seen = 0
         while isinstance(schema.get("$ref"), str) and seen < MAX_DEPTH:
             target = _pointer(self.root, schema["$ref"])
