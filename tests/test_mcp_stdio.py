@@ -85,3 +85,17 @@ def test_a_line_that_is_no_json_rpc_message_gets_an_error_and_nothing_is_kept(tm
     assert all(a["id"] is None and "not a JSON-RPC message" in a["error"]["message"] for a in answers)
     with Store(store, readonly=True) as db:
         assert list(db.entries()) == []  # nothing keyed, simulated or stored
+
+
+def test_a_server_command_that_cannot_run_is_one_error_line_and_status_127(tmp_path):
+    script = Path(sys.executable).with_name("stbproxy")
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    done = subprocess.run([str(script), "mcp-stdio", "--mode", "record", "--store", str(tmp_path / "store"), "--",
+                           str(tmp_path / "no-such-server"), "--api-key", "SECRET-ARG-77"],
+                          input=initialize + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 127
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("stbproxy: error: cannot start the stdio MCP server no-such-server (and 2 arguments)")
+    assert json.loads(done.stdout)["error"]["code"] == -32011  # the client got its answer first
+    assert "SECRET-ARG-77" not in done.stdout + done.stderr

@@ -150,6 +150,9 @@ async def _serve(settings, argv: list[str], session: str) -> int:
         for task in pending:
             task.cancel()
         await runtime.aclose()  # closes the server (stdin first, as MCP clients do) and the store
+    if server.start_error is not None:  # a command that cannot run: as a shell says it, after the session
+        click.echo(f"stbproxy: error: {server.start_error}", err=True)
+        return COMMAND_NOT_RUN
     return _exit_status(server.returncode)
 
 
@@ -160,6 +163,9 @@ def _one_line(body: bytes) -> bytes:
     with contextlib.suppress(ValueError):
         return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":")).encode()
     return body.replace(b"\r", b"").replace(b"\n", b" ")
+
+
+COMMAND_NOT_RUN = 127  # a shell's status for a command it could not run
 
 
 def _exit_status(returncode: int | None) -> int:

@@ -45,6 +45,7 @@ class StdioServer:
         self._waiting: dict[str, asyncio.Future[bytes]] = {}
         self._reader: asyncio.Task | None = None
         self.returncode: int | None = None
+        self.start_error: str | None = None  # why the server could not be started, when it could not
 
     @property
     def started(self) -> bool:
@@ -103,8 +104,8 @@ class StdioServer:
                     *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                     env=self.env, limit=READ_LIMIT)
             except OSError as exc:
-                raise UpstreamError(f"cannot start the stdio MCP server {self._shown()}: {exc}",
-                                    kind="unreachable") from exc
+                self.start_error = f"cannot start the stdio MCP server {self._shown()}: {exc}"
+                raise UpstreamError(self.start_error, kind="unreachable") from exc
             log.info("started the stdio MCP server %s (pid %d)", self._shown(), self._process.pid)
             self._reader = asyncio.ensure_future(self._read())
             if method != "initialize" and self.initialize is not None:
