@@ -216,3 +216,17 @@ def test_results_the_proxy_makes_in_the_stateless_era_say_they_are_final(kind):
     assert json.loads(kind.injected(call, "tool-error", "tool-error").body)["result"]["resultType"] == "complete"
     older = kind.call(post(rpc("tools/call", {"name": "forecast"})), DEFAULT_RULES)
     assert "resultType" not in json.loads(kind.injected(older, "tool-error", "tool-error").body)["result"]
+
+
+def test_a_broken_message_of_an_mcp_session_is_refused_as_a_server_would(kind):
+    session = ("Mcp-Session-Id", "s1")
+    for body, code in ((b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\xff"}}', -32700),
+                       (b'{"jsonrpc":"2.0","id":1}', -32600)):
+        call = kind.call(Request("POST", URL, (("Content-Type", "application/json"), session), body), DEFAULT_RULES)
+        assert call.keep is False and call.upstream is None  # never sent, never kept
+        answer = kind.local_answer(call)
+        assert answer.status == 400 and json.loads(answer.body)["error"]["code"] == code
+    batch = kind.call(post([rpc("ping")], session), DEFAULT_RULES)
+    assert batch.keep is False and batch.upstream is not None  # 2025-03-26's batches: passed on
+    # without MCP's headers a broken body is nobody's in particular: plain HTTP takes it
+    assert kind.call(post([rpc("ping")]), DEFAULT_RULES) is None

@@ -99,6 +99,8 @@ class Mcp(BaseKind):
             return None
         message = jsonrpc.read(request.body)
         over_stdio = request.url.startswith(protocol.STDIO_SCHEME)  # every message there is MCP's
+        if message.kind in (jsonrpc.INVALID, jsonrpc.BATCH) and _speaks_mcp(headers):
+            return self._broken(request, message)
         if message.kind == jsonrpc.RESPONSE:
             return self._passed_on(request, "response", None) if over_stdio or _speaks_mcp(headers) else None
         if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not (
@@ -125,6 +127,16 @@ class Mcp(BaseKind):
         api = ApiRef(facts["server"], name, name) if is_tool else None
         return Call(key, request, request, api, arguments if isinstance(arguments, dict) else {}, request.host,
                     kind=self.name, faultable=is_tool, private=bool(auth), facts=facts)
+
+    def _broken(self, request: Request, message: Message) -> Call:
+        """A message of an MCP session that is no JSON-RPC message MCP takes: a batch (2025-03-26
+        only) is passed on, never kept; anything else is refused here, as a server would."""
+        if message.kind == jsonrpc.BATCH:
+            return self._passed_on(request, "batch", None)
+        code = jsonrpc.PARSE_ERROR if message.why.startswith("not JSON") else jsonrpc.INVALID_REQUEST
+        return Call("mcp-refused/invalid", request, None, host=request.host, kind=self.name, keep=False,
+                    faultable=False, facts={"method": "", "id": None, "server": protocol.server_id(request.url),
+                                            "refused": message.why, "code": code})
 
     def _passed_on(self, request: Request, what: str, message_id: Any, facts: Mapping | None = None) -> Call:
         facts = dict(facts or {"method": what, "id": message_id, "server": protocol.server_id(request.url)})
@@ -200,6 +212,8 @@ class Mcp(BaseKind):
     def local_answer(self, call: Call) -> Response:
         """What the proxy answers itself when no server can be asked for a passed-on message."""
         facts = call.facts
+        if facts.get("code"):  # no JSON-RPC message at all
+            return Response(400, JSON, jsonrpc.error_body(None, facts["code"], f"stbproxy: {facts['refused']}"))
         if facts.get("refused"):
             return Response(400, JSON, jsonrpc.error_body(facts.get("id"), jsonrpc.HEADER_MISMATCH,
                                                           f"Header mismatch: {facts['refused']}"))
