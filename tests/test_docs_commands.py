@@ -104,6 +104,7 @@ def page_id(page: Path) -> str:
 
 PAGES_RUN_HERE = [p for p in PAGES if page_id(p) not in RUN_ELSEWHERE]
 PARALLEL_PAGES = 2  # pages run side by side: most of a page's time is waiting for processes to start
+PAGE_TIMEOUT = 300  # one page's blocks, each bounded by its own timeout in tests/docblocks.py
 
 
 def run_page(page: Path, folder: Path, judge_url: str) -> tuple[str | None, str]:
@@ -134,18 +135,25 @@ def run_page(page: Path, folder: Path, judge_url: str) -> tuple[str | None, str]
 
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory, fake_judge):
-    """The selected pages' commands, run two pages at a time, each in a folder of its own."""
+    """The selected pages' commands, started two pages at a time, each in a folder of its own.
+
+    The pages run in the background: each test waits for its own page only, so a test's
+    time limit covers one page, not the whole module's.
+    """
     selected = [item.callspec.params["page"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_every_command_of_the_page_runs"]
-    with ThreadPoolExecutor(PARALLEL_PAGES) as pool:
-        futures = {page: pool.submit(run_page, page, tmp_path_factory.mktemp("page") / "work", fake_judge.base_url)
-                   for page in selected}
-        return {page: future.result() for page, future in futures.items()}
+    pool = ThreadPoolExecutor(PARALLEL_PAGES)
+    try:
+        yield {page: pool.submit(run_page, page, tmp_path_factory.mktemp("page") / "work", fake_judge.base_url)
+               for page in selected}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
+@pytest.mark.timeout(PAGE_TIMEOUT)
 @pytest.mark.parametrize("page", PAGES_RUN_HERE, ids=page_id)
 def test_every_command_of_the_page_runs(page, page_runs):
-    failure, summary = page_runs[page]
+    failure, summary = page_runs[page].result()
     assert failure is None, failure
     print(summary)
 
