@@ -409,9 +409,10 @@ def import_cassette(files, store, session, shared):
                                     imported += 1
                                 else:
                                     duplicates += 1
+                        else:  # every interaction of the file is in, even if Ctrl-C came after the last one
+                            files_done += 1
                         if ctrl_c.requested:
                             break
-                        files_done += 1
                     shared_added = copies.flush()
             except KeyboardInterrupt:
                 if not ctrl_c.requested:
