@@ -42,7 +42,7 @@ from stbproxy.stb.bodies import error_object_response
 from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
-from stbproxy.models import Exchange, Mode, Request, Response, Source
+from stbproxy.models import BodyStream, Exchange, Mode, Request, Response, Source, StreamedResponse
 from stbproxy.misses import explain_miss
 from stbproxy.provenance import marked
 from stbproxy.recent import Recent
@@ -101,6 +101,7 @@ class Answer:
     record_key: str | None = None  # where these answer bytes are kept (an entry or a log/ record)
     stored_source: Source | None = None  # a hit: the source of the stored entry
     write_failed: bool = False  # the store refused a write this answer needed
+    stream: BodyStream | None = None  # a body still arriving: the response carries only the head
 
 
 class Engine:
@@ -377,10 +378,11 @@ class Engine:
         """A call its kind never keeps (an MCP notification): sent to the real API when
         there is one to ask, else answered by the kind itself."""
         kind = self.kinds.of(call)
-        if self.config.mode is Mode.REPLAY or call.upstream is None:
+        send = getattr(self.upstream, "open_stream", None) if call.streams else self.upstream.send
+        if self.config.mode is Mode.REPLAY or call.upstream is None or send is None:
             return self._answer(kind.local_answer(call), Source.LOCAL, call.key)
         try:
-            response, seconds = await kind.send_upstream(call, self.upstream.send)
+            response, seconds = await kind.send_upstream(call, send)
         except UpstreamError as exc:
             deferred = exc.kind == DEFERRED  # a real API not there yet, on purpose: nothing failed
             if not deferred and (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES):
@@ -389,6 +391,10 @@ class Engine:
             if not deferred:
                 log.info("upstream failed for %s: %s; answered by the proxy", self._loggable(call.request), reason)
             return self._answer(kind.local_answer(call), Source.LOCAL, call.key, {"reason": reason})
+        if isinstance(response, StreamedResponse):  # its head is kept for the record, its events never
+            answer = self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds,
+                                {"streamed": "the body was carried as it arrived and not kept"})
+            return replace(answer, stream=response.stream)
         return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 
     # passthrough ----------------------------------------------------------------------

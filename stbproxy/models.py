@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping, Protocol
 from urllib.parse import urlsplit
 
 Headers = tuple[tuple[str, str], ...]
@@ -85,6 +85,22 @@ class Response:
         lname = name.lower()
         kept = tuple(h for h in self.headers if h[0].lower() != lname)
         return Response(self.status, kept + ((name, value),), self.body, self.reason)
+
+
+class BodyStream(Protocol):
+    """A body that arrives as it is made (a server's event stream): read once, then closed."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedResponse(Response):
+    """A response whose body is carried as it arrives, never read whole nor kept: ``body``
+    stays empty and ``stream`` brings the bytes."""
+
+    stream: BodyStream | None = None
 
 
 @dataclass(frozen=True, slots=True)

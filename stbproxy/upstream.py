@@ -14,16 +14,18 @@ the headers (cookies included) that the client sent, and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
 from dataclasses import dataclass
+from typing import AsyncIterator
 from urllib.parse import urlsplit
 
 import certifi  # httpx's own source of public CAs
 import httpx
 
 from stbproxy.errors import ConfigError, UpstreamError
-from stbproxy.models import Headers, Request, Response
+from stbproxy.models import Headers, Request, Response, StreamedResponse
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx recomputes itself.
 _DROP_REQUEST = frozenset(
@@ -83,19 +85,42 @@ class Upstream:
         Error texts carry the URL as sent; the engine redacts them before they are kept.
         """
         started = time.perf_counter()
+        async with self._failures(request):
+            reply = await self._transport.handle_async_request(self._outgoing(request, self._timeout))
+            content = await _read_whole(reply)
+        return _response(reply, content), time.perf_counter() - started
+
+    async def open_stream(self, request: Request) -> tuple[Response, float]:
+        """As ``send``, but a 200 event stream comes back as it arrives (a StreamedResponse,
+        which waits for events as long as the server keeps it open); any other answer whole."""
+        started = time.perf_counter()
+        async with self._failures(request):
+            reply = await self._transport.handle_async_request(self._outgoing(request, self._stream_timeout))
+            if reply.status_code != 200 or not _is_event_stream(reply):
+                return _response(reply, await _read_whole(reply)), time.perf_counter() - started
+        head = _response(reply, b"")
+        return (StreamedResponse(head.status, head.headers, b"", head.reason, _EventStream(reply, request.url)),
+                time.perf_counter() - started)
+
+    def _outgoing(self, request: Request, timeout: dict) -> httpx.Request:
+        return httpx.Request(
+            request.method,
+            request.url,
+            headers=[(wire_bytes(k), wire_bytes(v)) for k, v in strip_headers(request.headers, _DROP_REQUEST)],
+            content=request.body or None,
+            extensions={"timeout": timeout},
+        )
+
+    @property
+    def _stream_timeout(self) -> dict:
+        # a server's event stream may say nothing for hours: only connecting is timed
+        return {**self._timeout, "read": None}
+
+    @contextlib.asynccontextmanager
+    async def _failures(self, request: Request):
+        """httpx's failures as UpstreamError, by what went wrong."""
         try:
-            outgoing = httpx.Request(
-                request.method,
-                request.url,
-                headers=[(wire_bytes(k), wire_bytes(v)) for k, v in strip_headers(request.headers, _DROP_REQUEST)],
-                content=request.body or None,
-                extensions={"timeout": self._timeout},
-            )
-            reply = await self._transport.handle_async_request(outgoing)
-            try:
-                content = await reply.aread()
-            finally:
-                await reply.aclose()
+            yield
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}", kind="timeout") from exc
         except (httpx.ConnectError, httpx.ProxyError) as exc:
@@ -107,11 +132,6 @@ class Upstream:
             raise UpstreamError(f"cannot call {request.url!r}: {exc}", kind="invalid-request") from exc
         except (httpx.HTTPError, ValueError) as exc:  # resets, garbage, broken encodings
             raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}", kind="protocol") from exc
-        elapsed = time.perf_counter() - started
-        headers = strip_headers(
-            tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in reply.headers.raw), _DROP_RESPONSE
-        )
-        return Response(reply.status_code, headers, content, reply.reason_phrase), elapsed
 
     def _tls_text(self, request: Request, failure: ssl.SSLError) -> str:
         """What went wrong in the TLS handshake with the real API, and the setting that fixes it."""
@@ -127,6 +147,43 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+
+class _EventStream:
+    """A real server's event stream as it arrives (decoded: no Content-Encoding)."""
+
+    def __init__(self, reply: httpx.Response, url: str) -> None:
+        self._reply = reply
+        self._url = url
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The stream's bytes; UpstreamError when the server breaks it off (not an end)."""
+        try:
+            async for chunk in self._reply.aiter_bytes():
+                yield chunk
+        except (httpx.HTTPError, ValueError) as exc:
+            raise UpstreamError(f"the event stream of {self._url} broke off: {exc}", kind="protocol") from exc
+
+    async def aclose(self) -> None:
+        await self._reply.aclose()
+
+
+async def _read_whole(reply: httpx.Response) -> bytes:
+    try:
+        return await reply.aread()
+    finally:
+        await reply.aclose()
+
+
+def _response(reply: httpx.Response, content: bytes) -> Response:
+    headers = strip_headers(
+        tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in reply.headers.raw), _DROP_RESPONSE
+    )
+    return Response(reply.status_code, headers, content, reply.reason_phrase)
+
+
+def _is_event_stream(reply: httpx.Response) -> bool:
+    return reply.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
 
 
 def _verification(config: UpstreamConfig) -> ssl.SSLContext | bool:

@@ -70,6 +70,18 @@ class SessionMap:
             response, seconds = await send(_with_session(request, real))
         return response, seconds
 
+    async def send_in_open_session(self, request: Request, send: Send) -> tuple[Response, float]:
+        """Send ``request`` (a session's GET stream) to the server session a minted id stands
+        for; one is never opened for it: a server says nothing to a session it never had."""
+        minted = request.header(SESSION_HEADER)
+        if not self.is_minted(minted):
+            return await send(request)
+        real = self.real_id(minted)
+        if real is None:
+            raise UpstreamError(f"the session the store opened has no session at {request.url} yet",
+                                kind="no-session")
+        return await send(_with_session(request, real))
+
     async def _open(self, minted: str, request: Request, send: Send) -> str:
         state = self._minted.get(minted) or self._minted.put(minted, _Minted(None))
         version = request.header(VERSION_HEADER) or DEFAULT_SESSION_VERSION

@@ -9,8 +9,11 @@ MCP client reads.
 - **Passed on, never kept**: notifications, ``ping``, the client's answers to a server,
   MRTR retries (``inputResponses`` / ``requestState``), a session's DELETE. When no server
   can be asked (replay, or it is down) the proxy answers them itself: 202 for a
-  notification, ``{}`` for ping, 200 for DELETE. A session's GET stream (what a server
-  starts itself: list changes, its own requests) is not carried: 405, in every mode.
+  notification, ``{}`` for ping, 200 for DELETE.
+- **Carried live, never kept**: a session's GET stream (what a server starts itself: list
+  changes, its own requests; or, with ``Last-Event-ID``, the rest of a stream that broke
+  off), event by event as the server sends it. Without a server to ask, or for a session
+  the store opened and no call has taken to the server yet, the proxy offers none: 405.
 - **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
   as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
   proxy's own failures (a replay miss, no server, no simulation) are JSON-RPC errors an MCP
@@ -92,9 +95,9 @@ class Mcp(BaseKind):
             if SESSION not in headers:
                 return None
             call = self._passed_on(request, request.method, None)
-            # The session's GET stream carries only what a server starts itself (list changes,
-            # its own requests), never an answer: the proxy offers none (405), in every mode.
-            return replace(call, upstream=None) if request.method == "GET" else call
+            # The session's GET stream carries what a server starts itself (list changes, its
+            # own requests) or the rest of a broken stream (Last-Event-ID): carried live, never kept.
+            return replace(call, streams=True) if request.method == "GET" else call
         if not protocol.is_json_rpc_post(request, headers):
             return None
         message = jsonrpc.read(request.body)
@@ -233,6 +236,8 @@ class Mcp(BaseKind):
             facts["id"], NO_ANSWER, f"stbproxy: {what} is always passed on to the server, and none can be asked"))
 
     async def send_upstream(self, call: Call, send) -> tuple[Response, float]:
+        if call.streams:
+            return await self.sessions.send_in_open_session(call.upstream, send)
         return await self.sessions.send(call.upstream, send)
 
     # -- simulating --------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from mitmproxy import ctx, exceptions, http
 
-from stbproxy.engine import DEFAULT_MAX_BODY
+from stbproxy.engine import DEFAULT_MAX_BODY, Answer
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import Guard, loop_message
@@ -22,6 +22,8 @@ from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mitm.connections import ConnectionWatch, Watched
+from stbproxy.mitm.relay import Relay
+from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
 from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
 from stbproxy.models import Request, Source
 from stbproxy.redact import failure_text
@@ -35,6 +37,7 @@ from stbproxy.store.embedded import default_store_path
 log = logging.getLogger("stbproxy")
 
 SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+RELAYED = "stb_relayed"  # flow.metadata: the flow fetches its streamed answer from the relay
 PROXY_AUTHORIZATION = "proxy-authorization"
 
 
@@ -53,6 +56,7 @@ class StbAddon:
         self.close_error: StbError | None = None  # why the store could not be closed cleanly
         self.prebuilt = Prebuilt()
         self.connections: ConnectionWatch | None = None  # serve's watch over client connections
+        self.relay = Relay()  # streamed answers for flows mitmproxy serves itself
 
     def load(self, loader) -> None:
         loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
@@ -222,7 +226,7 @@ class StbAddon:
             flow.response = self.prebuilt.response(answer.key, answer.response,
                                                    lambda: response_to_mitm(answer.response))
         else:
-            flow.response = response_to_mitm(answer.response)
+            flow.response = await self.answered(flow, answer)
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
@@ -309,9 +313,32 @@ class StbAddon:
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
-        return response_to_mitm(answer.response)
+        return await self.answered(flow, answer)
+
+    async def answered(self, flow: http.HTTPFlow, answer: Answer) -> http.Response | None:
+        """The response for ``answer``; a body still arriving goes to the fast lane serving
+        the flow, else through the relay, which mitmproxy then streams (streaming.py): None,
+        the flow goes there."""
+        response = response_to_mitm(answer.response)
+        if answer.stream is None:
+            return response
+        if flow.metadata.get(LANE):
+            flow.metadata[STREAM] = answer.stream
+            return response
+        host, port, path = await self.relay.hand(chunked_head(response), answer.stream)
+        flow.request.scheme, flow.request.host, flow.request.port, flow.request.path = "http", host, port, path
+        flow.request.headers.clear()  # the relay reads no header; the client's stay with the proxy
+        flow.request.headers["host"] = f"{host}:{port}"
+        flow.request.content = b""
+        flow.metadata[RELAYED] = True
+        return None
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(RELAYED):
+            flow.response.stream = True
 
     async def done(self) -> None:
+        await self.relay.aclose()
         if self.runtime is not None:
             runtime, self.runtime = self.runtime, None
             try:

@@ -31,6 +31,7 @@ from stbproxy.mitm.internals import make_error_response
 
 from stbproxy.mitm.plain_http import MAX_BODY, MAX_HEAD, METHOD_START, Replayed, closes, connect_request, head_end, \
     plain_request, response_bytes
+from stbproxy.mitm.streaming import LANE, STREAM, ClientWriter, carry, chunked_head
 from stbproxy.mitm.tunnel_lane import Tunnel
 
 log = logging.getLogger("stbproxy")
@@ -137,7 +138,7 @@ class FastLane:
                     buffer += data
                 body, buffer = buffer[end:end + size], buffer[end + size:]
                 watched.body_done()
-                keep_open = await self.answer(request, body, client, server, writer)
+                keep_open = await self.answer(request, body, client, server, writer, reader.read)
                 watched.answered(time.monotonic())
                 if not keep_open or request_closes:
                     writer.close()
@@ -150,9 +151,12 @@ class FastLane:
                       writer.get_extra_info("peername"), type(exc).__name__)
             writer.close()
 
-    async def answer(self, request: http.Request, body: bytes, client, server, writer) -> bool:
-        """Fire the hooks for one request and write its response; False: close the connection."""
+    async def answer(self, request: http.Request, body: bytes, client, server, writer: ClientWriter,
+                     client_says: Callable[[int], Awaitable[bytes]]) -> bool:
+        """Fire the hooks for one request and write its response; False: close the connection.
+        (``client_says`` reads the client while a streamed answer is written: streaming.py.)"""
         flow = http.HTTPFlow(client, server, live=True)
+        flow.metadata[LANE] = True  # the addon may hand over a body still arriving (streaming.py)
         flow.request = request
         await self.addons.handle_lifecycle(HttpRequestHeadersHook(flow))
         if await self.killed(flow):
@@ -171,6 +175,13 @@ class FastLane:
         await self.addons.handle_lifecycle(HttpResponseHook(flow))
         if await self.killed(flow):
             return False
+        stream = flow.metadata.pop(STREAM, None)
+        if stream is not None:
+            head = chunked_head(flow.response)
+            keep_open = await carry(stream, head, writer, lambda: client_says(READ_SIZE))
+            flow.live = False
+            names = {name.lower() for name, _ in flow.response.headers.fields}
+            return keep_open and not closes(request, flow.response, names)
         flow.live = False
         names = {name.lower() for name, _ in flow.response.headers.fields}
         writer.write(response_bytes(flow.response, names))

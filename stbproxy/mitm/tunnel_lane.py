@@ -84,6 +84,9 @@ class _Encrypting:
     def write(self, data: bytes) -> None:
         self._tunnel.send(data)
 
+    async def drain(self) -> None:
+        await self._tunnel.writer.drain()
+
 
 class Tunnel:
     """One client connection from its CONNECT on (``run``)."""
@@ -240,7 +243,7 @@ class Tunnel:
             del buffer[:end + size]
             self.watched.head_done()
             self.watched.body_done()
-            keep_open = await lane.answer(request, body, self.client, server, _Encrypting(self))
+            keep_open = await lane.answer(request, body, self.client, server, _Encrypting(self), self.reader.read)
             self.watched.answered(time.monotonic())
             if not keep_open or request_closes:
                 self.closed = True

@@ -30,6 +30,7 @@ class Call:
     no_upstream: str = ""  # why ``upstream`` is None, for the simulator and the user
     kind: str = "http"  # the name of the TrafficKind that made it
     keep: bool = True  # False: passed on every time and never stored (without a real API, local_answer)
+    streams: bool = False  # its answer is carried as it arrives (an event stream a server keeps open)
     faultable: bool = True  # whether --faults may fail it
     private: bool = False  # its answers are its caller's alone: never written to the shared tier
     facts: Mapping[str, Any] = field(default_factory=dict)  # what its kind read of the request and needs again

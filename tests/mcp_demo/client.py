@@ -4,7 +4,9 @@
     python tests/mcp_demo/client.py '{"url": "http://127.0.0.1:8123/mcp", "steps": [...]}'
     python tests/mcp_demo/client.py '{"stdio": ["python", "server.py", "--stdio"], "steps": [...]}'
 
-Steps: ["tools"], ["call", NAME, ARGUMENTS], ["read", URI], ["prompt", NAME, ARGUMENTS].
+Steps: ["tools"], ["call", NAME, ARGUMENTS], ["read", URI], ["prompt", NAME, ARGUMENTS],
+["notified", METHOD, SECONDS] (waits until the server has sent a notification of METHOD
+outside any request, which reaches the client on the session's GET stream).
 Each result is printed as JSON (the SDK's model, without None fields); a JSON-RPC error as
 {"error": {"code", "message"}}; a client-side failure (a result the client refused) as
 {"refused": TEXT}. Nothing waits forever: every request has a read timeout.
@@ -26,6 +28,27 @@ from mcp.shared.exceptions import McpError
 TIMEOUT = timedelta(seconds=20)
 
 
+class Notes:
+    """The notifications a server sent the client by themselves (not answers to a request)."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+        self.changed = anyio.Event()
+
+    async def handle(self, message) -> None:
+        root = getattr(message, "root", None)
+        if root is not None and hasattr(root, "method"):
+            self.methods.append(root.method)
+            self.changed.set()
+
+    async def wait_for(self, method: str, seconds: float) -> dict:
+        with anyio.move_on_after(seconds):
+            while method not in self.methods:
+                self.changed = anyio.Event()
+                await self.changed.wait()
+        return {"notified": method} if method in self.methods else {"not_notified": method}
+
+
 async def run(plan: dict) -> list:
     if "stdio" in plan:
         command, *args = plan["stdio"]
@@ -35,14 +58,15 @@ async def run(plan: dict) -> list:
     out = []
     async with transport as streams:
         read, write = streams[0], streams[1]
-        async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
+        notes = Notes()
+        async with ClientSession(read, write, read_timeout_seconds=TIMEOUT, message_handler=notes.handle) as session:
             try:
                 init = await session.initialize()
             except McpError as exc:
                 return [{"initialize_error": {"code": exc.error.code, "message": exc.error.message}}]
             out.append({"initialized": init.serverInfo.name, "protocol": init.protocolVersion})
             for step in plan["steps"]:
-                out.append(await one(session, step))
+                out.append(await notes.wait_for(step[1], step[2]) if step[0] == "notified" else await one(session, step))
     return out
 
 
