@@ -88,6 +88,21 @@ def test_the_stateless_era_records_and_replays_in_another_order(tmp_path, python
     assert reversed_[1:] == recorded[1:][::-1]
 
 
+def test_a_subscriptions_listen_stream_brings_changes_as_they_happen(tmp_path, python2):
+    store = tmp_path / "store"
+    with ModernServer(python2, tmp_path) as server:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            got = modern_client(python2, {"url": server.url, "steps": [["listen", "touch_tools", {}]]},
+                                proxy.client_env())
+    assert got[1] == {"event": "ToolsListChanged"}  # while the stream stays open, not when it ends
+    with Store(store, readonly=True) as db:  # the stream itself is never an answer to serve again
+        assert not any("/subscriptions/listen/" in key for key in db.keys("mcp/"))
+    with ProxyProcess(store, "--mode", "replay") as proxy:  # no server to listen to: an error the client reads
+        again = modern_client(python2, {"url": server.url, "steps": [["listen", "touch_tools", {}]]},
+                              proxy.client_env())
+    assert again[1]["error"]["code"] == -32011 and "passed on to the server" in again[1]["error"]["message"]
+
+
 def test_headers_that_contradict_the_body_are_a_400_never_stored(tmp_path, python2):
     store = tmp_path / "store"
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

@@ -49,10 +49,11 @@ NAMED_BY = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"
 # A retry that carries the client's answers to a server's question (MRTR, 2026-07-28):
 # it continues an exchange, so it is passed on, never served from or written to the store.
 INPUT_RESPONSE_FIELDS = ("inputResponses", "requestState")
+LISTEN = "subscriptions/listen"  # the stateless era's request whose answer is a stream of changes
 # Methods that belong to MCP only: a JSON-RPC body with one of these is an MCP message
 # whatever its URL (notifications/* too).
 MCP_METHODS = CACHED_METHODS | frozenset({
-    "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "subscriptions/listen",
+    "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", LISTEN,
     "tasks/get", "tasks/list", "tasks/cancel", "tasks/result", "tasks/update",
 })
 

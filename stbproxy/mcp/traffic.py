@@ -12,7 +12,8 @@ MCP client reads.
   notification, ``{}`` for ping, 200 for DELETE.
 - **Carried live, never kept**: a session's GET stream (what a server starts itself: list
   changes, its own requests; or, with ``Last-Event-ID``, the rest of a stream that broke
-  off), event by event as the server sends it. Without a server to ask, or for a session
+  off) and the stateless era's ``subscriptions/listen`` stream, event by event as the
+  server sends it. Without a server to ask, or for a session
   the store opened and no call has taken to the server yet, the proxy offers none: 405.
 - **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
   as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
@@ -119,7 +120,9 @@ class Mcp(BaseKind):
             return Call(f"mcp-refused/{message.method}", request, None, host=request.host, kind=self.name,
                         keep=False, faultable=False, facts={**facts, "refused": mismatch})
         if message.method not in protocol.CACHED_METHODS or protocol.carries_input_responses(message.params):
-            return self._passed_on(request, message.method, message.id, facts)
+            call = self._passed_on(request, message.method, message.id, facts)
+            # the answer to a listen request is a stream of change notifications, open as long as the client listens
+            return replace(call, streams=True) if message.method == protocol.LISTEN else call
         auth = _auth_context(headers, rules)
         key = protocol.key(facts["server"], message.method, message.params, era, auth)
         name = protocol.named(message.method, message.params)

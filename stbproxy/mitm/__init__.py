@@ -6,6 +6,8 @@
 - embedded.py: ``serve`` runs the same addon in a lean embedded master with only the addons
   a proxy needs (what ``stbproxy serve`` uses), ready only once it can serve.
 - fast_lane.py, plain_http.py, tunnel_lane.py: the fast lanes every connection starts in.
+- streaming.py, relay.py: answers whose body is still arriving (a server's event stream),
+  written as they arrive by the lanes, or through a loopback relay that mitmproxy streams.
 - flows.py: flows and models, both ways, and mitmproxy flow files; ca.py: the user's CA.
 - internals.py: every use of mitmproxy's private names, listed at its top.
 

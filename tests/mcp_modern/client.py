@@ -3,6 +3,9 @@ environment (HTTP_PROXY / HTTPS_PROXY, SSL_CERT_FILE), running a plan as the 1.x
 of tests/mcp_demo does and printing what it got.
 
     python client.py '{"url": "...", "mode": "2026-07-28", "steps": [["tools"], ["call", "add", {...}]]}'
+
+The step ["listen", NAME, ARGUMENTS] opens a subscriptions/listen stream for tool list
+changes, calls the tool, and gives the first event the stream brought (or a timeout).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ async def run(plan: dict) -> list:
                     result = await client.read_resource(step[1])
                 elif step[0] == "prompt":
                     result = await client.get_prompt(step[1], step[2])
+                elif step[0] == "listen":
+                    out.append(await listened(client, step[1], step[2]))
+                    continue
                 else:
                     raise ValueError(step[0])
             except MCPError as exc:
@@ -36,6 +42,16 @@ async def run(plan: dict) -> list:
                 continue
             out.append(result.model_dump(mode="json", exclude_none=True))
     return out
+
+
+async def listened(client: Client, name: str, arguments: dict) -> dict:
+    async with client.listen(tools_list_changed=True) as subscription:
+        await client.call_tool(name, arguments)
+        try:
+            event = await asyncio.wait_for(subscription.__aiter__().__anext__(), 10)
+        except (asyncio.TimeoutError, StopAsyncIteration) as exc:
+            return {"no_event": type(exc).__name__}
+    return {"event": type(event).__name__}
 
 
 if __name__ == "__main__":

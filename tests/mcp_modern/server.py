@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
 
 
@@ -41,6 +41,12 @@ def main() -> None:
     def shout(word: str) -> str:
         count("shout")
         return word.upper() + "!"
+
+    @server.tool(description="Says that the tool list changed, to every subscriptions/listen stream.")
+    async def touch_tools(ctx: Context) -> str:
+        count("touch_tools")
+        await ctx.notify_tools_changed()
+        return "told"
 
     @server.resource("demo://info", mime_type="text/plain")
     def info() -> str:
