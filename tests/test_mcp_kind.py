@@ -55,8 +55,13 @@ def test_what_the_kind_takes(kind):
     for request in (post(rpc("eth_blockNumber")), post({"city": "Oslo"}), Request("GET", URL),
                     post({"jsonrpc": "2.0", "id": 1, "result": {}}), post([rpc("ping")])):
         assert kind.call(request, DEFAULT_RULES) is None
+    # a session's GET stream and a listen request: carried as they arrive, never kept
     get = kind.call(Request("GET", URL, (("Mcp-Session-Id", "abc"),)), DEFAULT_RULES)
-    assert get.keep is False and get.upstream is None  # the GET stream is the proxy's to refuse
+    assert get.keep is False and get.streams and get.upstream is not None
+    listen = kind.call(post(rpc("subscriptions/listen", {"notifications": {"toolsListChanged": True}})),
+                       DEFAULT_RULES)
+    assert listen.keep is False and listen.streams
+    assert not kind.call(post(rpc("tools/list")), DEFAULT_RULES).streams
 
 
 def test_credentials_make_a_private_key_salted_per_store(kind):
