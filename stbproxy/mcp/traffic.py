@@ -13,8 +13,8 @@ MCP client reads.
 - **Carried live, never kept**: a session's GET stream (what a server starts itself: list
   changes, its own requests; or, with ``Last-Event-ID``, the rest of a stream that broke
   off) and the stateless era's ``subscriptions/listen`` stream, event by event as the
-  server sends it. Without a server to ask, or for a session
-  the store opened and no call has taken to the server yet, the proxy offers none: 405.
+  server sends it. Without a server to ask, or for a session the store opened and no
+  call has taken to the server yet, the proxy offers none (405; an error for listen).
 - **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
   as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
   proxy's own failures (a replay miss, no server, no simulation) are JSON-RPC errors an MCP

@@ -188,8 +188,12 @@ class FastLane:
         return not closes(request, flow.response, names)
 
     async def killed(self, flow: http.HTTPFlow) -> bool:
-        """An addon killed the flow: mitmproxy then fires the error hook and closes silently."""
+        """An addon killed the flow: mitmproxy then fires the error hook and closes silently
+        (and a server's stream the answer would have carried is closed)."""
         if flow.error is not None and flow.error.msg == mitm_flow.Error.KILLED_MESSAGE:
             await self.addons.handle_lifecycle(HttpErrorHook(flow))
+            stream = flow.metadata.pop(STREAM, None)
+            if stream is not None:
+                await stream.aclose()
             return True
         return False
