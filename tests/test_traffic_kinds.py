@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from stbproxy import keys
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.keys import DEFAULT_RULES, KeyRules
-from stbproxy.models import Mode, Request, Response, Source
+from stbproxy.models import ApiRef, Mode, Request, Response, Source
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.kinds import kinds_for
 from stbproxy.store.embedded import Store
@@ -68,6 +68,16 @@ def test_a_call_keeps_its_kind_across_the_workers_link():
     call = kinds_for(weather_catalog()).call(Request("GET", "https://weather.p.rapidapi.com/forecast/Oslo"),
                                              DEFAULT_RULES)
     assert call_from_wire(json.loads(json.dumps(call_to_wire(call)))).kind == "stb"
+
+
+def test_every_field_of_a_call_crosses_the_workers_link():
+    request = Request("POST", "http://127.0.0.1:9/mcp", (("Mcp-Session-Id", "s"),), b"{}")
+    call = Call("mcp/key", request, request, ApiRef("srv", "tool", "tool"), {"a": 1}, host="127.0.0.1",
+                reply_format="virtual", no_upstream="why", kind="mcp", keep=False, streams=True, faultable=False,
+                private=True, facts={"method": "tools/call", "id": 3})
+    defaults = Call("k", request, None)
+    assert all(getattr(call, f.name) != getattr(defaults, f.name) for f in fields(Call) if f.name != "request")
+    assert call_from_wire(json.loads(json.dumps(call_to_wire(call)))) == call
 
 
 class PathOnly(BaseKind):

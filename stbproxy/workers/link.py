@@ -57,8 +57,8 @@ def call_to_wire(call: Call) -> dict:
             "upstream": request_to_wire(call.upstream) if call.upstream is not None else None,
             "api": [call.api.category, call.api.tool, call.api.api] if call.api else None,
             "args": dict(call.args), "host": call.host, "reply_format": call.reply_format,
-            "no_upstream": call.no_upstream, "kind": call.kind, "keep": call.keep, "faultable": call.faultable,
-            "private": call.private, "facts": dict(call.facts)}
+            "no_upstream": call.no_upstream, "kind": call.kind, "keep": call.keep, "streams": call.streams,
+            "faultable": call.faultable, "private": call.private, "facts": dict(call.facts)}
 
 
 def call_from_wire(data: dict) -> Call:
@@ -68,8 +68,9 @@ def call_from_wire(data: dict) -> Call:
     upstream = request if upstream is not None and upstream == data["request"] else (
         request_from_wire(upstream) if upstream is not None else None)
     return Call(data["key"], request, upstream, ApiRef(*data["api"]) if data["api"] else None, data["args"],
-                data["host"], data["reply_format"], data["no_upstream"], data["kind"], data["keep"],
-                data["faultable"], data["private"], data["facts"])
+                host=data["host"], reply_format=data["reply_format"], no_upstream=data["no_upstream"],
+                kind=data["kind"], keep=data["keep"], streams=data["streams"], faultable=data["faultable"],
+                private=data["private"], facts=data["facts"])
 
 
 def answer_to_wire(answer: Answer) -> dict:
