@@ -65,19 +65,26 @@ class Upstream:
         self.config = config
         self._timeout = httpx.Timeout(config.timeout).as_dict()
         try:
-            self._transport = httpx.AsyncHTTPTransport(
-                verify=_verification(config),
-                proxy=config.proxy,
-                # Never read HTTP(S)_PROXY or SSL_* variables: the agent's environment points at
-                # us, which would loop. Redirects are relayed, never followed (a transport does not).
-                trust_env=False,
-                limits=httpx.Limits(max_connections=config.max_connections),
-            )
+            verify = _verification(config)
+            self._transport = self._pool(verify)
+            # Event streams stay open as long as a client listens: in a pool of their own, so
+            # that however many are open, calls never wait for a connection.
+            self._stream_transport = self._pool(verify)
         except ssl.SSLError as exc:
             raise ConfigError(f"the upstream CA bundle {config.ca_file} is not usable ({exc.reason or exc}): "
                               "give a PEM file of CA certificates", setting="upstream_ca") from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot set up the client for real API calls: {exc}") from exc
+
+    def _pool(self, verify: ssl.SSLContext | bool) -> httpx.AsyncHTTPTransport:
+        return httpx.AsyncHTTPTransport(
+            verify=verify,
+            proxy=self.config.proxy,
+            # Never read HTTP(S)_PROXY or SSL_* variables: the agent's environment points at
+            # us, which would loop. Redirects are relayed, never followed (a transport does not).
+            trust_env=False,
+            limits=httpx.Limits(max_connections=self.config.max_connections),
+        )
 
     async def send(self, request: Request) -> tuple[Response, float]:
         """The real answer and how long it took; UpstreamError when there is none.
@@ -95,7 +102,7 @@ class Upstream:
         which waits for events as long as the server keeps it open); any other answer whole."""
         started = time.perf_counter()
         async with self._failures(request):
-            reply = await self._transport.handle_async_request(self._outgoing(request, self._stream_timeout))
+            reply = await self._stream_transport.handle_async_request(self._outgoing(request, self._stream_timeout))
             if reply.status_code != 200 or not _is_event_stream(reply):
                 return _response(reply, await _read_whole(reply)), time.perf_counter() - started
         head = _response(reply, b"")
@@ -147,6 +154,7 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+        await self._stream_transport.aclose()
 
 
 class _EventStream:

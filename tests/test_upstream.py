@@ -54,3 +54,39 @@ def test_an_extra_ca_adds_trust_and_keeps_the_public_cas(test_ca):
     public = ssl.create_default_context(cafile=certifi.where())
     assert context.cert_store_stats()["x509_ca"] == public.cert_store_stats()["x509_ca"] + 1
     assert _verification(UpstreamConfig(insecure=True)) is False
+
+
+async def _events_and_plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """/events: an event stream that stays open; anything else: a short answer."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    if head.startswith(b"GET /events "):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     b"d\r\ndata: first\n\n\r\n")
+        await writer.drain()
+        await reader.read()  # open until the client goes
+    else:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+    writer.close()
+
+
+def test_open_event_streams_never_hold_up_calls():
+    async def run() -> None:
+        server = await asyncio.start_server(_events_and_plain, "127.0.0.1", 0)
+        base = "http://127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+        upstream = Upstream(UpstreamConfig(timeout=5, max_connections=1))
+        try:
+            head, _ = await upstream.open_stream(Request("GET", base + "/events"))
+            pieces = head.stream.chunks()
+            assert head.status == 200 and await pieces.__anext__() == b"data: first\n\n"
+            # the one connection calls may use is not the stream's: the call is answered at once
+            answer, _ = await asyncio.wait_for(upstream.send(Request("GET", base + "/plain")), 2)
+            assert answer.body == b"ok"
+            await head.stream.aclose()  # gives the stream's connection back
+            plain, _ = await upstream.open_stream(Request("GET", base + "/plain"))
+            assert plain.body == b"ok" and not hasattr(plain, "stream")  # not a stream: read whole
+        finally:
+            await upstream.aclose()
+            server.close()
+
+    asyncio.run(run())
