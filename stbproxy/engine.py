@@ -391,10 +391,8 @@ class Engine:
             if not deferred:
                 log.info("upstream failed for %s: %s; answered by the proxy", self._loggable(call.request), reason)
             return self._answer(kind.local_answer(call), Source.LOCAL, call.key, {"reason": reason})
-        if isinstance(response, StreamedResponse):  # its head is kept for the record, its events never
-            answer = self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds,
-                                {"streamed": "the body was carried as it arrived and not kept"})
-            return replace(answer, stream=response.stream)
+        if isinstance(response, StreamedResponse):  # carried as it arrives: nothing of it is kept
+            return replace(self._answer(response, Source.PASSTHROUGH, call.key), stream=response.stream)
         return self._keep(call, response, Source.PASSTHROUGH, self._log_key("passthrough", call), seconds, {})
 
     # passthrough ----------------------------------------------------------------------
@@ -415,7 +413,8 @@ class Engine:
         # and in record mode, where a repeated request overwrites its entry: the session
         # must replay the n-th answer it got, not the last one. An error is no answer: its
         # record says what failed, and nothing is kept to export or replay.
-        keeps_copy = record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM)
+        keeps_copy = answer.stream is None and (
+            record_key is None or (self.config.mode is Mode.RECORD and source is Source.UPSTREAM))
         if not failed and keeps_copy and source is not Source.ERROR:
             try:
                 record_key = self._save(call, answer.response, self._log_key(source.value, call), source, None,

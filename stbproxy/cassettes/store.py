@@ -145,7 +145,7 @@ def describe_miss(miss: dict) -> list[str]:
 def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
     """The stored exchanges a session's log points at, in its order, and a line for each
     record whose answer is gone (forgotten), damaged, or that never had one (a call the
-    proxy could not make: source ``error``; a live event stream), all left out."""
+    proxy could not make: source ``error``; a server's event stream, carried live), all left out."""
     out: list[Exchange] = []
     skipped: list[str] = []
     for record in db.session_records(name):
@@ -162,9 +162,6 @@ def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
             continue
         if exchange is None:
             skipped.append(f"{where}: its answer is not stored ({key or 'never kept'})")
-            continue
-        if exchange.meta.get("streamed"):  # a server's live event stream: its events were never kept
-            skipped.append(f"{where}: an event stream the server kept open, carried live and not kept")
             continue
         out.append(exchange)
     return out, skipped

@@ -84,11 +84,13 @@ class ReaderEngine(Engine):
         self.local_hits = config.mode is not Mode.RECORD and not self.faults
 
     async def handle(self, request: Request, session: str | None = None) -> Answer:
-        if not self.local_hits or (self.config.passthrough and self.is_passthrough(request.host)):
+        if self.config.passthrough and self.is_passthrough(request.host):
             return await self._forwarded(self.link.handle(request, session))
         return await self.answer(self.http_call(request), session)
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
+        if call.streams:  # a server's event stream cannot cross the link: carried from here, never stored
+            return await self._run(call, session, self._passed_on)
         if self.local_hits:
             hit = self._hit(call.key)
             if hit is not None and not self.refreshes(hit):

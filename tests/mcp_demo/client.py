@@ -5,8 +5,10 @@
     python tests/mcp_demo/client.py '{"stdio": ["python", "server.py", "--stdio"], "steps": [...]}'
 
 Steps: ["tools"], ["call", NAME, ARGUMENTS], ["read", URI], ["prompt", NAME, ARGUMENTS],
-["notified", METHOD, SECONDS] (waits until the server has sent a notification of METHOD
-outside any request, which reaches the client on the session's GET stream).
+["until_notified", TOOL, METHOD, SECONDS] (calls TOOL, once a second, until the server has
+sent a notification of METHOD outside any request, which reaches the client on the
+session's GET stream: the client opens that stream in the background, and a server drops
+what it says while none is open).
 Each result is printed as JSON (the SDK's model, without None fields); a JSON-RPC error as
 {"error": {"code", "message"}}; a client-side failure (a result the client refused) as
 {"refused": TEXT}. Nothing waits forever: every request has a read timeout.
@@ -41,11 +43,13 @@ class Notes:
             self.methods.append(root.method)
             self.changed.set()
 
-    async def wait_for(self, method: str, seconds: float) -> dict:
+    async def until(self, session: ClientSession, tool: str, method: str, seconds: float) -> dict:
         with anyio.move_on_after(seconds):
             while method not in self.methods:
                 self.changed = anyio.Event()
-                await self.changed.wait()
+                await session.call_tool(tool, {})
+                with anyio.move_on_after(1):
+                    await self.changed.wait()
         return {"notified": method} if method in self.methods else {"not_notified": method}
 
 
@@ -66,7 +70,8 @@ async def run(plan: dict) -> list:
                 return [{"initialize_error": {"code": exc.error.code, "message": exc.error.message}}]
             out.append({"initialized": init.serverInfo.name, "protocol": init.protocolVersion})
             for step in plan["steps"]:
-                out.append(await notes.wait_for(step[1], step[2]) if step[0] == "notified" else await one(session, step))
+                out.append(await notes.until(session, *step[1:]) if step[0] == "until_notified"
+                           else await one(session, step))
     return out
 
 
