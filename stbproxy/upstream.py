@@ -106,7 +106,7 @@ class Upstream:
             if reply.status_code != 200 or not _is_event_stream(reply):
                 return _response(reply, await _read_whole(reply)), time.perf_counter() - started
         head = _response(reply, b"")
-        return (StreamedResponse(head.status, head.headers, b"", head.reason, _EventStream(reply, request.url)),
+        return (StreamedResponse(head.status, head.headers, b"", head.reason, _EventStream(reply, _host_of(request))),
                 time.perf_counter() - started)
 
     def _outgoing(self, request: Request, timeout: dict) -> httpx.Request:
@@ -142,7 +142,7 @@ class Upstream:
 
     def _tls_text(self, request: Request, failure: ssl.SSLError) -> str:
         """What went wrong in the TLS handshake with the real API, and the setting that fixes it."""
-        host = urlsplit(request.url).netloc.rpartition("@")[2] or request.url
+        host = _host_of(request) or request.url
         if isinstance(failure, ssl.SSLCertVerificationError):
             trusted = f"the public CAs and those of {self.config.ca_file}" if self.config.ca_file else "the public CAs"
             fix = ("give the CA that signed it with --upstream-ca FILE, or turn verification off with "
@@ -160,9 +160,9 @@ class Upstream:
 class _EventStream:
     """A real server's event stream as it arrives (decoded: no Content-Encoding)."""
 
-    def __init__(self, reply: httpx.Response, url: str) -> None:
+    def __init__(self, reply: httpx.Response, host: str) -> None:
         self._reply = reply
-        self._url = url
+        self._host = host  # the stream's failure is logged where no redaction rule reaches: no path, no query
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The stream's bytes; UpstreamError when the server breaks it off (not an end)."""
@@ -170,10 +170,15 @@ class _EventStream:
             async for chunk in self._reply.aiter_bytes():
                 yield chunk
         except (httpx.HTTPError, ValueError) as exc:
-            raise UpstreamError(f"the event stream of {self._url} broke off: {exc}", kind="protocol") from exc
+            raise UpstreamError(f"the event stream from {self._host} broke off ({type(exc).__name__})",
+                                kind="protocol") from exc
 
     async def aclose(self) -> None:
         await self._reply.aclose()
+
+
+def _host_of(request: Request) -> str:
+    return urlsplit(request.url).netloc.rpartition("@")[2]
 
 
 async def _read_whole(reply: httpx.Response) -> bytes:

@@ -131,6 +131,12 @@ def test_the_proxys_own_failures_are_json_rpc_errors(kind):
     assert served.status == 200 and document["id"] == 3 and document["error"]["code"] == REPLAY_MISS
     assert document["error"]["data"] == {"error": "replay: no stored answer", "closest": None}
     assert kind.served(call, served, Source.MISS, {}).body == served.body  # twice is once
+    # a message no JSON-RPC answer belongs to (a session's GET stream, a notification) keeps
+    # the HTTP error: a 200 would tell its client that the server took it
+    failed = Response(502, JSON, b'{"error": "stbproxy: upstream unreachable", "response": ""}')
+    for message in (Request("GET", URL, (("Mcp-Session-Id", "abc"),)),
+                    post(rpc("notifications/initialized", message_id=None), ("Mcp-Session-Id", "abc"))):
+        assert kind.served(kind.call(message, DEFAULT_RULES), failed, Source.ERROR, {}) is failed
 
 
 def test_what_the_proxy_answers_itself(kind):

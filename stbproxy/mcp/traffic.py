@@ -183,7 +183,7 @@ class Mcp(BaseKind):
         facts = call.facts
         if facts.get("refused"):
             return response
-        if source in PROXY_FAILURES and "id" in facts:
+        if source in PROXY_FAILURES and facts.get("id") is not None:  # a request: its error, in JSON-RPC
             return self._proxy_failure(call, response, source)
         if source is not Source.CACHE or facts.get("id") is None:
             return response
