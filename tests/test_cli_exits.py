@@ -194,7 +194,8 @@ def tool_docs(tools, count: int, apis: int = 3):
 
 
 def test_ctrl_c_during_a_tools_import_leaves_the_catalog_as_it_was(tmp_path):
-    small, big = tool_docs(tmp_path / "small" / "tools", 1, 1), tool_docs(tmp_path / "big" / "tools", 4000)
+    # the big source takes seconds to read, so Ctrl-C finds it at work even on a loaded machine
+    small, big = tool_docs(tmp_path / "small" / "tools", 1, 1), tool_docs(tmp_path / "big" / "tools", 4000, 15)
     catalog = tmp_path / "catalog.json"
     first: list[str] = []
     # the small source is read first and says so; Ctrl-C then comes while the big one is read

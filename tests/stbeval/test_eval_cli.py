@@ -183,7 +183,7 @@ def test_interrupted_run_resumes_where_it_stopped(fake_openai, tmp_path):
     answers = write_json(tmp_path / "a" / "G1_tool.json", {str(i): converted_entry(f"R-{i:02d}") for i in range(n)})
     ids = write_json(tmp_path / "ids" / "G1_tool.json", {str(i): 0 for i in range(n)})
     fake_openai.handler = lambda req: ToolCall("check_answer_status", {"answer_status": "Solved"})
-    fake_openai.latency = 0.05
+    fake_openai.latency = 0.2  # the whole run takes 9 s, so Ctrl-C finds it at work even on a loaded machine
     out = tmp_path / "run"
     command = [sys.executable, "-m", "stbeval", "pass-rate", "--answers", str(answers), "--ids", str(ids),
                "--out", str(out), "--concurrency", "2", "--no-progress"]
