@@ -1,6 +1,6 @@
 """The kinds of traffic a proxy answers, in the order they are tried: StableToolBench's
 (what the catalog routes), MCP's (JSON-RPC messages of MCP), OpenAI-compatible LLM APIs,
-then plain HTTP, which takes every request. A new kind is one more entry here
+the operations of imported OpenAPI specs, then plain HTTP, which takes every request. A new kind is one more entry here
 (docs/internals.md, "Adding a kind")."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from stbproxy.keys import KeyRules
 from stbproxy.mcp.tools import StoredBodies
 from stbproxy.mcp.traffic import Mcp
 from stbproxy.models import Request
+from stbproxy.openapi.catalog import OpenApiCatalog
+from stbproxy.openapi.traffic import OpenApi
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.traffic import StableToolBench
 from stbproxy.traffic.llm_api import LlmApi
@@ -20,22 +22,23 @@ from stbproxy.traffic.seam import Call, Kinds
 _KEYING_MCP = Mcp()  # keys need no state: one instance serves every keying-only Kinds
 
 
-@functools.lru_cache(maxsize=16)  # imports key every entry with the same catalog
-def kinds_for(catalog: Catalog | None) -> Kinds:
-    """The kinds that key a request for a proxy with this catalog (imports, exports, tests)."""
-    return _kinds(catalog, _KEYING_MCP)
+@functools.lru_cache(maxsize=16)  # imports key every entry with the same catalogs
+def kinds_for(catalog: Catalog | None, openapi: OpenApiCatalog | None = None) -> Kinds:
+    """The kinds that key a request for a proxy with these catalogs (imports, exports, tests)."""
+    return _kinds(catalog, openapi, _KEYING_MCP)
 
 
-def proxy_kinds(catalog: Catalog | None, stored: StoredBodies) -> Kinds:
+def proxy_kinds(catalog: Catalog | None, stored: StoredBodies, openapi: OpenApiCatalog | None = None) -> Kinds:
     """The kinds of one running proxy: its MCP kind keeps the tool lists it saw (else reads
     them with ``stored``: the answers kept under a key prefix) and the sessions it minted."""
-    return _kinds(catalog, Mcp(stored))
+    return _kinds(catalog, openapi, Mcp(stored))
 
 
-def _kinds(catalog: Catalog | None, mcp: Mcp) -> Kinds:
-    return Kinds((StableToolBench(catalog), mcp, LlmApi(), PlainHttp()))
+def _kinds(catalog: Catalog | None, openapi: OpenApiCatalog | None, mcp: Mcp) -> Kinds:
+    return Kinds((StableToolBench(catalog), mcp, LlmApi(), OpenApi(openapi), PlainHttp()))
 
 
-def http_call(request: Request, catalog: Catalog | None, rules: KeyRules) -> Call:
-    """The call a proxy with this catalog makes of a proxied request (its key among others)."""
-    return kinds_for(catalog).call(request, rules)
+def http_call(request: Request, catalog: Catalog | None, rules: KeyRules,
+              openapi: OpenApiCatalog | None = None) -> Call:
+    """The call a proxy with these catalogs makes of a proxied request (its key among others)."""
+    return kinds_for(catalog, openapi).call(request, rules)

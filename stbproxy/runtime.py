@@ -24,6 +24,7 @@ from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.kinds import proxy_kinds
+from stbproxy.openapi.catalog import OpenApiCatalog, load_for_store
 from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
@@ -53,6 +54,17 @@ def load_catalog(settings: Settings, path: Path | None = None) -> Catalog | None
                           setting="catalog") from exc
     log.info("catalog: %d APIs from %s", len(catalog), path)
     return catalog
+
+
+def load_openapi(settings: Settings) -> OpenApiCatalog | None:
+    """The OpenAPI specs imported into the store ('stbproxy import openapi'), None when none was."""
+    try:
+        found = load_for_store(settings.store)
+    except InputError as exc:
+        raise ConfigError(f"{exc}; import the specs again with 'stbproxy import openapi'", setting="store") from exc
+    if found:
+        log.info("OpenAPI: %d operations of %d specs", sum(1 for _ in found.operations()), len(found))
+    return found
 
 
 def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
@@ -90,9 +102,11 @@ class Runtime:
             check_something_to_replay(settings)  # before anything (the catalog's move) creates the store's folder
         self.catalog_file = settings.catalog_path()
         self.catalog = load_catalog(settings, self.catalog_file)  # before the store: a bad file leaves nothing open
+        self.openapi = load_openapi(settings)
         if settings.cassette is not None:  # the RocksDB store stays untouched
             try:
-                self.store = CassetteStore(settings.cassette, catalog=self.catalog, rules=settings.key_rules(),
+                self.store = CassetteStore(settings.cassette, catalog=self.catalog, openapi=self.openapi,
+                                           rules=settings.key_rules(),
                                            ordered=settings.ordered)
             except InputError as exc:
                 raise ConfigError(f"cannot replay the cassette: {exc}; fix it, record it again, or name "
@@ -108,7 +122,7 @@ class Runtime:
         # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             kinds=proxy_kinds(self.catalog, stored_answers(self.store)),
+                             kinds=proxy_kinds(self.catalog, stored_answers(self.store), self.openapi),
                              faults=settings.fault_plan(),
                              write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
@@ -118,6 +132,7 @@ class Runtime:
     def _open_reader(self, settings: Settings, link: LinkClient) -> None:
         self.catalog_file = settings.catalog_path()
         self.catalog = load_catalog(settings, self.catalog_file)
+        self.openapi = load_openapi(settings)
         # The secondary's folder goes in the primary's private folder, which the primary
         # removes when it stops, even after this worker was killed.
         scratch = link.path.parent if link.path is not None else None
@@ -130,7 +145,7 @@ class Runtime:
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
         self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store)),
+                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store), self.openapi),
                                    faults=settings.fault_plan(),
                                    write_failures=self.write_failures)
         self.session = settings.session or default_session_name()

@@ -17,6 +17,7 @@ from stbproxy.keys import KeyRules
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mcp.endpoints import parse_specs
+from stbproxy.openapi.catalog import openapi_secret_names
 from stbproxy.models import Mode
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
@@ -132,8 +133,12 @@ class Settings:
         return self.catalog or catalog_path_for(self.store)
 
     def key_rules(self) -> KeyRules:
-        rules = KeyRules.build(self.secret_fields, self.secret_headers, self.volatile_fields,
-                               self.not_secret_fields, self.not_secret_headers)
+        # The names an imported OpenAPI spec carries credentials in (its apiKey schemes) are
+        # secret too: never keyed, never stored.
+        spec_secrets = openapi_secret_names(self.store)
+        fields = (*self.secret_fields, *spec_secrets.get("query", ()), *spec_secrets.get("cookie", ()))
+        headers = (*self.secret_headers, *spec_secrets.get("header", ()))
+        rules = KeyRules.build(fields, headers, self.volatile_fields, self.not_secret_fields, self.not_secret_headers)
         salt = auth_salt(self.store) if self.cassette is None else b""
         return replace(rules, auth_salt=salt) if salt else rules
 

@@ -12,8 +12,8 @@ PACKAGE = ROOT / "stbproxy"
 # Lower number = lower layer. A module may import stbproxy modules of its own layer or below.
 # A package has one entry; a module of it on another layer has its own ("stb.virtual_api").
 LAYERS = {
-    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1, "multipart": 1,
-    "keys": 2, "redact": 2, "traffic": 2, "kinds": 2, "mcp": 2, "json_schema": 2, "misses": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
+    "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1, "multipart": 1, "yaml_text": 1,
+    "keys": 2, "redact": 2, "traffic": 2, "kinds": 2, "mcp": 2, "openapi": 2, "json_schema": 2, "misses": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
     "store": 3, "sim": 3, "sim.simulation": 2, "sim.schema": 2, "sim.from_schema": 2, "upstream": 3, "private_files": 3, "trust_bundle": 3,
     "engine": 4, "settings": 4, "runtime": 4,
     "mitm": 5, "cli": 5, "pytest_plugin": 5, "serve_process": 5,
@@ -25,7 +25,7 @@ LAYERS = {
 }
 OWNERS = {"rocksdict": "store", "openai": "sim", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
           "requests_mock": "cassettes", "redis": "store", "ahocorasick_rs": "stb", "vcr": "cassettes",
-          "jsonschema": "json_schema"}
+          "jsonschema": "json_schema", "yaml": "yaml_text", "referencing": "openapi"}
 
 
 def imports_of(path: Path) -> set[str]:

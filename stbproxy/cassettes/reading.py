@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
 from vcr.serialize import CASSETTE_FORMAT_VERSION
 from vcr.serializers import jsonserializer, yamlserializer
 
+from stbproxy import yaml_text
 from stbproxy.cassettes.vcr_format import Interaction, Problem, one_line
 from stbproxy.errors import InputError
 from stbproxy.keys import KeyRules, api_key
@@ -78,10 +78,10 @@ def parse_cassette_text(text: str, name: str) -> dict:
             # vcrpy's loader is a SafeLoader: tags such as !!python/object/apply are refused
             # (ConstructorError), never executed; only a few inert tags vcrpy writes are read.
             data = yamlserializer.deserialize(text)
-        except yaml.constructor.ConstructorError as exc:
+        except yaml_text.ConstructorError as exc:
             raise InputError(f"{name}: refused an unsafe or unknown YAML tag "
-                             f"({one_line(exc.problem or str(exc))}{_where(exc)}); nothing was constructed") from exc
-        except yaml.YAMLError as exc:
+                             f"({one_line(exc.problem or str(exc))}{yaml_text.where(exc)}); nothing was constructed") from exc
+        except yaml_text.YAMLError as exc:
             raise InputError(f"{name}: invalid YAML: {one_line(str(exc))}") from exc
     if isinstance(data, list) and data and isinstance(data[0], dict) and "request" in data[0]:
         raise InputError(f"{name}: a cassette from vcrpy before 1.0 (no version); re-record it or migrate it "
@@ -162,10 +162,11 @@ def decoded_body(body: bytes, headers: Headers) -> tuple[bytes, Headers]:
 
 
 def imported_exchange(request: Request, response: Response, *, catalog, rules: KeyRules, now: float,
-                      meta: dict | None = None, recorded_source: str | None = None) -> Exchange:
+                      meta: dict | None = None, recorded_source: str | None = None, openapi=None) -> Exchange:
     """The stored form of an outside exchange: keyed exactly as the proxy keys the request
-    (API keys where the catalog maps it), redacted, with its origin (imported_origin)."""
-    call = http_call(request, catalog, rules)
+    (API keys where the catalog maps it, operation keys where an OpenAPI spec describes it),
+    redacted, with its origin (imported_origin)."""
+    call = http_call(request, catalog, rules, openapi)
     stand_in = _stand_in_api(request)
     if stand_in is not None and call.api is None:
         call = replace(call, key=api_key(stand_in[0], stand_in[1], rules), api=stand_in[0])
@@ -257,6 +258,4 @@ def _field(mapping: dict, name: str, kind: type, where: str | None = None):
     return value
 
 
-def _where(exc: yaml.MarkedYAMLError) -> str:
-    mark = exc.problem_mark or exc.context_mark
-    return f" at line {mark.line + 1}" if mark else ""
+

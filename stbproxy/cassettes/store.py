@@ -47,7 +47,7 @@ class CassetteStore(OneTier):
     reads_cacheable = False  # every read counts: ordered playback and the played report
 
     def __init__(self, path: Path, *, catalog, rules: KeyRules, ordered: bool = False,
-                 interactions: list[Interaction] | None = None) -> None:
+                 interactions: list[Interaction] | None = None, openapi=None) -> None:
         """Play the cassette at ``path``, or ``interactions`` (named ``path``) when given."""
         self.path = Path(path)
         problems: list = []
@@ -61,7 +61,8 @@ class CassetteStore(OneTier):
         self._by_key: dict[str, list[tuple[int, Exchange]]] = defaultdict(list)
         for interaction in interactions:
             exchange = imported_exchange(interaction.request, interaction.response, catalog=catalog,
-                                         rules=rules, now=0.0, recorded_source=interaction.source)
+                                         rules=rules, now=0.0, recorded_source=interaction.source,
+                                         openapi=openapi)
             self._by_key[exchange.key].append((interaction.index, exchange))
             self._order.append((interaction.index, exchange))
         self._served: Counter[str] = Counter()

@@ -85,10 +85,12 @@ from stbproxy.models import Mode
 @click.option("--allow-empty", is_flag=True,
               help="With --mode replay: start even when the store does not exist or holds no entries (every "
                    "request is then a miss) [default: refuse, since nothing could be replayed].")
-@click.option("--validity", type=click.Choice(["auto", "stb", "strict"]), default="auto", show_default=True,
+@click.option("--validity", type=click.Choice(["auto", "stb", "strict", "schema"]), default="auto", show_default=True,
               help="Which real answers are valid. auto: StableToolBench's rules (check_result, substring "
                    "tests) for /virtual calls and calls the catalog routes to an API, the status-based strict "
-                   "rule for any other HTTP; stb or strict: that policy for all traffic.")
+                   "rule for any other HTTP; stb or strict: that policy for all traffic; schema: auto, and "
+                   "a real answer to an OpenAPI operation that breaks its documented schema is invalid too "
+                   "(by default it is kept and reported as drift by 'stbproxy check').")
 @click.option("--refresh-simulated", is_flag=True,
               help="Virtual mode: when a stored answer was simulated (the API was down or invalid), ask the "
                    "real API again (at most once a minute per answer); a valid real answer replaces the "

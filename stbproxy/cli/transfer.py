@@ -377,7 +377,7 @@ def import_cassette(files, store, session, shared):
 
     from stbproxy.cassettes import reading as cassette_reading
 
-    from stbproxy.runtime import load_catalog
+    from stbproxy.runtime import load_catalog, load_openapi
     from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
     from stbproxy.store.embedded import Store
@@ -388,7 +388,7 @@ def import_cassette(files, store, session, shared):
     problems: list[str] = []
     try:
         settings = Settings(store=store)
-        catalog, rules = load_catalog(settings), settings.key_rules()
+        catalog, rules, openapi = load_catalog(settings), settings.key_rules(), load_openapi(settings)
         with ctrl_c_between_writes() as ctrl_c:
             try:
                 with Store(store) as db, SharedCopies(open_bulk(shared)) as copies, ctrl_c.stoppable():
@@ -403,7 +403,8 @@ def import_cassette(files, store, session, shared):
                             index, request, response, recorded_source = pair
                             exchange = cassette_reading.imported_exchange(
                                 request, response, catalog=catalog, rules=rules, now=now,
-                                meta={"imported_from": path.name, "index": index}, recorded_source=recorded_source)
+                                meta={"imported_from": path.name, "index": index}, recorded_source=recorded_source,
+                                openapi=openapi)
                             with ctrl_c.holding():  # the entry, its session record and the counts together
                                 if _store_interaction(db, copies, exchange, response.status, session, now):
                                     imported += 1

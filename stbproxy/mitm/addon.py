@@ -77,7 +77,7 @@ class StbAddon:
         loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
         loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
         loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
-        loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first).")
+        loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first), or schema (auto, and an OpenAPI operation's answer that breaks its documented schema is invalid).")
         loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")

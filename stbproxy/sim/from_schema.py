@@ -17,6 +17,9 @@ from stbproxy.sim.schema import ValueGenerator
 
 MAX_DEPTH = 12
 DEFAULT_ITEMS = 2
+# Below this depth only what the schema requires is made (required members, the fewest
+# items allowed), so that a schema that contains itself (a tree) still ends.
+OPTIONAL_DEPTH = 4
 _FORMATS = {
     "date": lambda g: g.date(),
     "date-time": lambda g: g.datetime(),
@@ -94,8 +97,10 @@ class _Maker:
 
     def _object(self, schema: dict, depth: int) -> dict:
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        made = {name: self.make(sub, name, depth + 1) for name, sub in properties.items()}
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        if depth >= OPTIONAL_DEPTH:
+            properties = {name: sub for name, sub in properties.items() if name in required}
+        made = {name: self.make(sub, name, depth + 1) for name, sub in properties.items()}
         for name in required:  # required but described nowhere: a value drawn by its name
             if isinstance(name, str) and name not in made:
                 made[name] = self.gen.leaf("str", name)
@@ -106,7 +111,8 @@ class _Maker:
         items = schema.get("items", {})
         low = _int(schema.get("minItems"), 0)
         high = _int(schema.get("maxItems"), max(low, DEFAULT_ITEMS))
-        count = min(max(low, min(DEFAULT_ITEMS, high), len(prefix)), high)
+        wanted = low if depth >= OPTIONAL_DEPTH else max(low, min(DEFAULT_ITEMS, high), len(prefix))
+        count = min(wanted, high)
         out = [self.make(sub, name, depth + 1) for sub in prefix[:count]]
         while len(out) < count:
             out.append(self.make(items if isinstance(items, (dict, bool)) else {}, name, depth + 1))

@@ -26,13 +26,15 @@ from stbproxy.errors import ConfigError, InputError
 Policy = Literal["stb", "strict"]
 POLICIES: tuple[str, ...] = ("stb", "strict")
 AUTO = "auto"
-CHOICES: tuple[str, ...] = (AUTO, *POLICIES)  # what a user may set
+SCHEMA = "schema"  # auto, and an answer that breaks its documented schema is invalid too
+CHOICES: tuple[str, ...] = (AUTO, *POLICIES, SCHEMA)  # what a user may set
 
 
 def policy_for(choice: str, stb_traffic: bool) -> Policy:
-    """The policy for one call: ``choice`` itself, or for ``auto`` the one that fits the
-    traffic (``stb_traffic``: a /virtual call, or a call the catalog routes to an API)."""
-    if choice == AUTO:
+    """The policy for one call: ``choice`` itself, or for ``auto`` (and ``schema``, whose
+    schema check is the OpenAPI kind's) the one that fits the traffic (``stb_traffic``: a
+    /virtual call, or a call the catalog routes to an API)."""
+    if choice in (AUTO, SCHEMA):
         return "stb" if stb_traffic else "strict"
     return choice  # type: ignore[return-value]
 

@@ -32,7 +32,8 @@ from stbproxy.private_files import private_dir
 from stbproxy.sessions import expand_record
 from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
 
-ENTRY_PREFIXES = ("http/", "api/", "mcp/")  # plain HTTP, catalog-routed APIs, MCP servers
+# plain HTTP, catalog-routed APIs, MCP servers, operations of OpenAPI specs
+ENTRY_PREFIXES = ("http/", "api/", "mcp/", "openapi/")
 LOG_PREFIX = "log/"
 META_PREFIX = "meta/"
 SESSION_PREFIX = "session/"

@@ -1,0 +1,198 @@
+"""The OpenAPI specs of one store (``openapi.json`` in the store's folder, beside
+``catalog.json``), and the operation a request calls (``match``): by host, then method, then
+path template, a literal segment before a templated one as OpenAPI says."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+from urllib.parse import unquote, urlsplit
+
+from stbproxy.errors import InputError
+from stbproxy.keys import normalize_path
+from stbproxy.openapi.model import Operation, Spec
+
+FILE_NAME = "openapi.json"
+FORMAT = "stbproxy-openapi"
+VERSION = 1
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    operation: Operation
+    path_args: Mapping[str, str]  # path parameters by name, percent-decoded
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    operation: Operation
+    pattern: re.Pattern
+    names: tuple[str, ...]
+    rank: tuple[int, int]  # more literal characters first, then more segments
+
+
+class OpenApiCatalog:
+    """Specs by name; several per store, and importing one again replaces it."""
+
+    def __init__(self, specs: Mapping[str, Spec] | None = None) -> None:
+        self.specs: dict[str, Spec] = dict(specs or {})
+        self._routes: dict[tuple[str, str], list[_Route]] | None = None
+        self._by_name: dict[str, Operation] | None = None
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+    def operations(self) -> Iterator[Operation]:
+        for spec in self.specs.values():
+            yield from spec.operations
+
+    def add(self, spec: Spec) -> Spec | None:
+        """Add ``spec``; the spec of the same name it replaced, if any."""
+        old = self.specs.get(spec.name)
+        self.specs[spec.name] = spec
+        self._routes = self._by_name = None
+        return old
+
+    def operation(self, name: str) -> Operation | None:
+        """The operation named ``<spec>/<operationId>``."""
+        if self._by_name is None:
+            self._by_name = {op.name: op for op in self.operations()}
+        return self._by_name.get(name)
+
+    def secret_names(self) -> dict[str, frozenset[str]]:
+        """The names that carry credentials in any spec, by place (query, header, cookie)."""
+        found: dict[str, set[str]] = {}
+        for spec in self.specs.values():
+            for place, names in spec.secrets.items():
+                found.setdefault(place, set()).update(names)
+        return {place: frozenset(names) for place, names in found.items()}
+
+    # -- matching requests -------------------------------------------------------------
+
+    def match(self, method: str, url: str) -> Match | None:
+        if self._routes is None:
+            self._routes = _routes(self.operations())
+        try:
+            parts = urlsplit(url)
+            host = _host(parts.scheme, parts.hostname, parts.port)
+        except ValueError:
+            return None
+        routes = self._routes.get((host, method.upper()))
+        if not routes:
+            return None
+        path = normalize_path(parts.path or "/")
+        if len(path) > 1:
+            path = path.rstrip("/")
+        for route in routes:
+            found = route.pattern.fullmatch(path)
+            if found is not None:
+                return Match(route.operation, {name: unquote(found.group(f"p{i}"))
+                                               for i, name in enumerate(route.names)})
+        return None
+
+    # -- the file ----------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        """Written atomically: a reader sees the old file or the new one."""
+        data = {"format": FORMAT, "version": VERSION, "specs": [s.to_dict() for s in self.specs.values()]}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> OpenApiCatalog:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read the OpenAPI catalog {path}: {exc}") from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"{path} is not an stbproxy OpenAPI catalog")
+        if data.get("version") != VERSION:
+            raise InputError(f"{path}: unsupported OpenAPI catalog version {data.get('version')!r}")
+        specs = {}
+        for i, entry in enumerate(data.get("specs") or []):
+            try:
+                spec = Spec.from_dict(entry)
+            except InputError as exc:
+                raise InputError(f"{path}: specs[{i}]: {exc}") from exc
+            specs[spec.name] = spec
+        return cls(specs)
+
+
+def catalog_file(store: Path) -> Path:
+    return Path(store) / FILE_NAME
+
+
+def load_for_store(store: Path) -> OpenApiCatalog | None:
+    """The store's OpenAPI catalog, or None when nothing was imported into it."""
+    path = catalog_file(store)
+    return OpenApiCatalog.load(path) if path.is_file() else None
+
+
+def openapi_secret_names(store: Path) -> dict[str, frozenset[str]]:
+    """The credential names of the store's specs by place; {} when it has none or cannot be read
+    (the proxy then fails on the catalog itself, with its reason)."""
+    path = catalog_file(store)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return {}
+    cached = _SECRETS.get(path)
+    if cached is None or cached[0] != stamp:
+        try:
+            names = OpenApiCatalog.load(path).secret_names()
+        except InputError:
+            names = {}
+        cached = _SECRETS[path] = (stamp, names)
+    return cached[1]
+
+
+_SECRETS: dict[Path, tuple[int, dict[str, frozenset[str]]]] = {}
+
+
+def _host(scheme: str, hostname: str | None, port: int | None) -> str:
+    host = (hostname or "").lower()
+    return host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+
+
+def _routes(operations) -> dict[tuple[str, str], list[_Route]]:
+    table: dict[tuple[str, str], list[_Route]] = {}
+    for op in operations:
+        for server in op.servers:
+            parts = urlsplit(server)
+            host = _host(parts.scheme, parts.hostname, parts.port)
+            base = parts.path.rstrip("/")
+            template = base + op.path  # as written: normalizing would escape its braces
+            if len(template) > 1:
+                template = template.rstrip("/")
+            pattern, names, literal = _compile(template)
+            route = _Route(op, pattern, names, (-literal, -template.count("/")))
+            table.setdefault((host, op.method), []).append(route)
+    for routes in table.values():
+        routes.sort(key=lambda r: r.rank)
+    return table
+
+
+def _compile(template: str) -> tuple[re.Pattern, tuple[str, ...], int]:
+    """A template's pattern (each ``{name}`` one path segment or part of one), its parameter
+    names in order, and how many literal characters it has."""
+    names: list[str] = []
+    regex, literal, last = [], 0, 0
+    for found in re.finditer(r"{([^}/]+)}", template):
+        text = template[last:found.start()]
+        regex.append(re.escape(text))
+        literal += len(text)
+        regex.append(f"(?P<p{len(names)}>[^/]+)")
+        names.append(found.group(1))
+        last = found.end()
+    regex.append(re.escape(template[last:]))
+    literal += len(template) - last
+    return re.compile("".join(regex)), tuple(names), literal

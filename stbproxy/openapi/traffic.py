@@ -1,0 +1,194 @@
+"""APIs described by OpenAPI documents, as a kind of traffic: a request that matches an
+imported operation is keyed by the operation and its named arguments, its real answers are
+checked against the schema documented for their status (a mismatch is drift: kept and
+recorded, or invalid under ``--validity schema``), and its misses are simulated in the
+documented shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from stbproxy import json_schema, jsonsafe
+from stbproxy.keys import KeyRules, canonical_body, is_json_type
+from stbproxy.models import Request, Response
+from stbproxy.openapi.catalog import OpenApiCatalog
+from stbproxy.openapi.describe import operation_doc
+from stbproxy.openapi.model import Operation
+from stbproxy.sim.from_schema import value_for
+from stbproxy.sim.simulation import Simulation, SimulationRequest
+from stbproxy.stb import validity
+from stbproxy.stb.bodies import api_body_parts
+from stbproxy.stb.validity import FailureKind, Verdict
+from stbproxy.traffic.plain_http import judge_http
+from stbproxy.traffic.seam import BaseKind, Call, Judged
+
+PREFIX = "openapi/"
+SCHEMA = "schema"  # the --validity choice that makes drift invalid
+
+
+def key_prefix(operation: Operation) -> str:
+    return f"{PREFIX}{operation.spec}/{operation.id}/"
+
+
+class OpenApi(BaseKind):
+    name = "openapi"
+
+    def __init__(self, catalog: OpenApiCatalog | None) -> None:
+        self.catalog = catalog if catalog else None
+
+    # -- keying --------------------------------------------------------------------------
+
+    def call(self, request: Request, rules: KeyRules) -> Call | None:
+        if self.catalog is None:
+            return None
+        found = self.catalog.match(request.method, request.url)
+        if found is None:
+            return None
+        op = found.operation
+        args, undeclared, material = _arguments(op, found.path_args, request, rules)
+        digest = hashlib.sha256(json.dumps(material, ensure_ascii=False, separators=(",", ":"))
+                                .encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return Call(f"{key_prefix(op)}{digest}", request, request, host=request.host, kind=self.name, args=args,
+                    facts={"operation": op.name, "undeclared": undeclared})
+
+    # -- judging real answers ------------------------------------------------------------
+
+    def judge(self, call: Call, response: Response, setting: str) -> Judged:
+        judged = judge_http(response, validity.policy_for(setting, stb_traffic=False))
+        op = self._operation(call)
+        if op is None:
+            return judged
+        meta = {**judged.meta, "operation": op.name}
+        drift = answer_problem(op, response)
+        if drift is None:
+            return judged._replace(meta=meta)
+        meta["drift"] = drift
+        verdict = judged.verdict
+        if setting == SCHEMA and verdict.valid:
+            verdict = Verdict(False, f"schema: {drift}", FailureKind.OTHER)
+        return judged._replace(meta=meta, verdict=verdict)
+
+    # -- simulating ----------------------------------------------------------------------
+
+    def describe(self, call: Call):
+        op = self._operation(call)
+        return operation_doc(op, self.catalog.specs.get(op.spec)) if op is not None else None
+
+    async def simulate(self, call: Call, simulator, reason: str) -> Simulation:
+        op = self._operation(call)
+        if op is None:
+            return await super().simulate(call, simulator, reason)
+        status, reply = op.success()
+        media = reply.json_media() if reply is not None else None
+        made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
+                                                          doc=self.describe(call), args=call.args))
+        if not made.ok or media is None or media[1].schema is None:
+            return made if not made.ok else _with_status(made, status)
+        schema = media[1].schema
+        value, meta = _value_of(made.response), dict(made.meta)
+        problem = json_schema.problem(value, schema)
+        if problem is not None:  # the simulator's answer breaks the promise: one from the schema
+            value = schema_value(op, call.key, status)
+            meta = {**meta, "simulator": "schema", "replaced": f"{meta.get('simulator', 'the simulator')}'s "
+                                                              f"answer broke the schema at {problem}"}
+            still = json_schema.problem(value, schema)
+            if still is not None:
+                return Simulation(made.response, ok=False, meta={**meta, "error": f"no answer that follows the "
+                                                                                  f"schema could be made: {still}"})
+        _, body = api_body_parts(value)
+        content_type = "application/json" if "*" in media[0] else media[0]
+        return Simulation(Response(status, (("content-type", content_type),), body), ok=True, meta=meta)
+
+    def _operation(self, call: Call) -> Operation | None:
+        name = call.facts.get("operation") if call.facts else None
+        return self.catalog.operation(name) if self.catalog is not None and name else None
+
+
+def schema_value(op: Operation, key: str, status: int) -> Any:
+    """A value for ``op``'s documented answer: its documented example when it follows the
+    schema, else one made from the schema, drawn by ``key``."""
+    reply = op.replies.get(str(status)) or op.success()[1]
+    media = reply.json_media() if reply is not None else None
+    if media is None:
+        return {}
+    for example in media[1].examples:
+        if media[1].schema is None or json_schema.problem(example, media[1].schema) is None:
+            return example
+    return value_for(media[1].schema, key)
+
+
+def answer_problem(op: Operation, response: Response) -> str | None:
+    """How a real answer breaks what ``op`` documents (the first failing JSON pointer), or None."""
+    found = op.reply_for(response.status)
+    if found is None:
+        return f"status {response.status} is not documented"
+    documented, reply = found
+    if not reply.content:
+        return None  # documented without a body
+    media = reply.json_media()
+    if media is None or media[1].schema is None:
+        return None  # a body this check does not read (text, images) or no schema for it
+    content_type = response.header("content-type")
+    if response.body and content_type and not is_json_type(content_type):
+        return f"{documented}: the answer is {content_type.split(';')[0]}, not the documented {media[0]}"
+    try:
+        value = jsonsafe.loads(response.body) if response.body else None
+    except (ValueError, UnicodeDecodeError):
+        return f"{documented}: the answer is not JSON"
+    problem = json_schema.problem(value, media[1].schema)
+    return f"{documented} {problem}" if problem else None
+
+
+def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
+    """The call's named arguments (path, query, declared headers and cookies, a JSON body's
+    members), the undeclared query parameters, and what its key is made of."""
+    query = [(k, v) for k, v in parse_qsl(urlsplit(request.url).query, keep_blank_values=True)
+             if k.lower() not in rules.unkeyed_fields]
+    query.sort(key=lambda pair: pair[0])
+    declared = {p.name for p in op.parameters if p.where == "query"}
+    undeclared = sorted({k for k, _ in query if k not in declared})
+    headers = {}
+    cookies = _cookies(request.header("cookie"))
+    for p in op.parameters:
+        if p.where == "header" and p.name.lower() not in rules.secret_headers:
+            value = request.header(p.name)
+            if value is not None:
+                headers[p.name.lower()] = value
+        elif p.where == "cookie" and p.name.lower() in cookies and p.name.lower() not in rules.unkeyed_fields:
+            headers[f"cookie:{p.name}"] = cookies[p.name.lower()]
+    body_kind, body = canonical_body(request.body, request.header("content-type"), rules)
+    args: dict[str, Any] = {**dict(path_args), **dict(query), **{k: v for k, v in headers.items()}}
+    if body_kind == "json":
+        value = json.loads(body)
+        args.update(value) if isinstance(value, dict) else args.update(body=value)
+    elif body_kind != "empty":
+        args["body"] = body if body_kind == "form" else f"<{body_kind} body>"
+    material = [op.id, sorted(path_args.items()), query, sorted(headers.items()), body_kind, body]
+    return args, undeclared, material
+
+
+def _cookies(header: str | None) -> dict[str, str]:
+    if not header:
+        return {}
+    jar = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return {}
+    return {name.lower(): morsel.value for name, morsel in jar.items()}
+
+
+def _value_of(response: Response) -> Any:
+    try:
+        return jsonsafe.loads(response.body)
+    except (ValueError, UnicodeDecodeError):
+        return response.body.decode("utf-8", "replace")
+
+
+def _with_status(made: Simulation, status: int) -> Simulation:
+    response = made.response
+    return Simulation(Response(status, response.headers, response.body), made.ok, made.meta, made.attempted)
