@@ -51,6 +51,10 @@ class Bundler:
             return top
         return {**top, "$defs": {**top.get("$defs", {}), **defs}}
 
+    def source_of(self, name: str) -> str:
+        """The JSON pointer of the schema named ``name`` under ``$defs``."""
+        return self._refs[name][1:] or "/"
+
     def _refs_inside(self, ref: str) -> list[str]:
         found: list[str] = []
         self._collect(self._converted[ref], found)

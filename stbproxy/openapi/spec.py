@@ -66,6 +66,7 @@ class _Reader:
         resource = Resource.from_contents(document, default_specification=DRAFT202012)
         self.resolver = Registry().with_resource(_BASE, resource).resolver(base_uri=_BASE)
         self.schemas = Bundler(self.lookup, self.dialect)
+        self.checked: set[str] = set()  # the $defs names already checked
         self.base_url = base_url
         if base_url is not None and not _absolute(base_url):
             raise InputError(f"--base-url {base_url!r} is not an absolute http(s) URL")
@@ -98,6 +99,15 @@ class _Reader:
 
     def schema(self, node: Any, where: str) -> Any:
         bundled = self.schemas.bundle(node, where)
+        # Each schema it pulled in is checked alone first, so that a problem is reported
+        # where it is in the document, not where the schema is used.
+        defs = bundled.get("$defs", {}) if isinstance(bundled, dict) else {}
+        for name, part in defs.items():
+            if name not in self.checked:
+                self.checked.add(name)
+                problem = json_schema.schema_problem(part)
+                if problem is not None:
+                    raise self.fail(self.schemas.source_of(name), problem)
         problem = json_schema.schema_problem(bundled)
         if problem is not None:
             raise self.fail(where, problem)
