@@ -179,7 +179,7 @@ def test_import_errors_name_the_place_and_a_reimport_replaces(tmp_path):
     store = tmp_path / "store"
     spec = import_spec(tmp_path, store, "http://127.0.0.1:9")
     again = stbproxy("import", "openapi", str(spec), "--store", str(store), "--base-url", "http://127.0.0.1:10/api")
-    assert "replaced the spec 'pet-shop' imported from" in again.stdout and "1 specs, 4 operations" in again.stdout
+    assert "replaced the spec 'pet-shop' imported from" in again.stdout and "1 spec, 4 operations" in again.stdout
     assert OpenApiCatalog.load(store / "openapi.json").operation("pet-shop/getPet").servers == ("http://127.0.0.1:10/api",)
     bad = tmp_path / "bad.yaml"
     bad.write_text(spec.read_text().replace("'#/components/schemas/Owner'", "'#/components/schemas/Ownr'"))

@@ -49,7 +49,7 @@ def import_openapi(spec_file, store, name, base_url):
         interrupted(f"nothing saved: the OpenAPI catalog {target} is as it was")
     servers = sorted({s for op in spec.operations for s in op.servers})
     click.echo(f"{spec_file}: {spec.title} {spec.version} (OpenAPI {spec.openapi}) as {spec.name!r}: "
-               f"{len(spec.operations)} operations on {', '.join(servers)}")
+               f"{_count(len(spec.operations), 'operation')} on {', '.join(servers)}")
     if replaced is not None:
         when = datetime.datetime.fromtimestamp(replaced.imported_at).strftime("%Y-%m-%d %H:%M")
         click.echo(f"replaced the spec {spec.name!r} imported from {replaced.source} on {when} "
@@ -58,7 +58,7 @@ def import_openapi(spec_file, store, name, base_url):
     if secrets:
         click.echo(f"credentials, never keyed or stored: {', '.join(secrets)}")
     total = sum(1 for _ in known.operations())
-    click.echo(f"OpenAPI catalog {target}: {len(known)} specs, {total} operations")
+    click.echo(f"OpenAPI catalog {target}: {_count(len(known), 'spec')}, {_count(total, 'operation')}")
 
 
 @click.command()
@@ -103,7 +103,7 @@ def check(store, spec_name, as_json, strict):
 def _print_report(report, store: Path) -> None:
     rows = report.operations
     width = max(len("operation"), *(len(r.operation) for r in rows))
-    click.echo(f"OpenAPI drift in {store}: {len(rows)} operations")
+    click.echo(f"OpenAPI drift in {store}: {_count(len(rows), 'operation')}")
     click.echo(f"{'operation':<{width}}  {'stored':>6}  {'real':>5}  {'broke':>5}  {'sim.':>5}  {'broke':>5}  method path")
     for r in rows:
         click.echo(f"{r.operation:<{width}}  {r.stored:>6}  {r.real:>5}  {r.real_broken:>5}  {r.simulated:>5}  "
@@ -124,4 +124,8 @@ def _print_report(report, store: Path) -> None:
         click.echo(f"{report.not_in_catalog} stored answers belong to operations no longer imported")
     click.echo(f"summary: real drift in {len(report.real_drift)}, simulated drift in {len(report.simulated_drift)}, "
                f"undeclared parameters in {sum(1 for r in rows if r.undeclared)}, never called {len(never)} "
-               f"of {len(rows)} operations")
+               f"of {_count(len(rows), 'operation')}")
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
