@@ -331,3 +331,12 @@ def test_the_simulator_is_told_the_operation(catalog):
     add = _Says({"id": 1, "name": "Zed", "status": "sold"})
     simulate_through_kind(catalog, add, "POST", f"{PETS}/pets", b'{"name": "Zed"}')
     assert [p.name for p in add.jobs[0].doc.required_parameters] == ["name"]
+
+
+def test_a_document_nested_beyond_reason_is_a_clear_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"openapi": "3.1.0", "paths": {"/a": {"get": {"responses": {"200": {"description": "x", '
+                    '"content": {"application/json": {"schema": ' + '{"items": ' * 5000 + "{}" + "}" * 5000
+                    + "}}}}}}}}")
+    with pytest.raises(InputError, match="deep.json: nested too deeply"):
+        read_spec(deep)

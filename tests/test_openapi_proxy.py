@@ -188,3 +188,18 @@ def test_import_errors_name_the_place_and_a_reimport_replaces(tmp_path):
     assert "at /components/schemas/Pet/properties/owner/$ref: $ref '#/components/schemas/Ownr' points at nothing" \
         in failed.stderr
     assert OpenApiCatalog.load(store / "openapi.json").operation("pet-shop/getPet") is not None  # kept as it was
+
+
+def test_every_worker_of_serve_workers_keys_by_operation(tmp_path):
+    """Reader workers key requests themselves: they must know the store's operations too."""
+    store = tmp_path / "store"
+    with PetShop(KEY) as shop:
+        import_spec(tmp_path, store, shop.base)
+        with ProxyProcess(store, "--mode", "record", "--workers", "2") as proxy:
+            recorded = [get(proxy, f"{shop.base}/v1/pets/{n}?appid={KEY}") for n in (1, 2, 3)]
+    with ProxyProcess(store, "--mode", "replay", "--workers", "2") as proxy:
+        replayed = [get(proxy, f"{shop.base}/v1/pets/{n}?appid=other") for n in (1, 2, 3) for _ in range(4)]
+    assert {r.headers["X-Stb-Source"] for r in replayed} == {"cache"}
+    assert [r.content for r in replayed[::4]] == [r.content for r in recorded]
+    with Store(store, readonly=True) as db:
+        assert len(list(db.scan("openapi/pet-shop/getPet/"))) == 3

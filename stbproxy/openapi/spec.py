@@ -31,8 +31,11 @@ _MAX_HOPS = 32  # a $ref to a $ref to ...: a longer chain is a loop
 def read_spec(path: Path, *, name: str | None = None, base_url: str | None = None) -> Spec:
     """The spec in the file at ``path``; ``name`` is what keys and reports call it (default:
     its title, made safe), ``base_url`` replaces every server URL it names."""
-    document = load_document(path)
-    return spec_of(document, source=str(path), name=name, base_url=base_url)
+    try:
+        document = load_document(path)
+        return spec_of(document, source=str(path), name=name, base_url=base_url)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read") from None
 
 
 def load_document(path: Path) -> Any:
