@@ -290,6 +290,8 @@ def test_the_schema_simulator_answers_in_the_documented_shape_and_status(catalog
     pet_schema = op(catalog, "pet-shop/addPet").replies["201"].content["application/json"].schema
     assert json_schema.problem(json.loads(made.response.body), pet_schema) is None
     item = simulate_through_kind(catalog, simulator, "GET", f"{WAREHOUSE}/items/XYZ-0001")
+    assert json.loads(item.response.body)["sku"] == "XYZ-0001"  # the call's, which follows the pattern
+    item = simulate_through_kind(catalog, simulator, "GET", f"{WAREHOUSE}/items/lowercase")
     assert json.loads(item.response.body)["sku"] == "ABC-1234"  # the schema's own example, which its pattern needs
 
 
@@ -340,3 +342,16 @@ def test_a_document_nested_beyond_reason_is_a_clear_error(tmp_path):
                     + "}}}}}}}}")
     with pytest.raises(InputError, match="deep.json: nested too deeply"):
         read_spec(deep)
+
+
+def test_schema_answers_say_back_what_the_call_named(catalog):
+    simulator = SchemaSimulator(None, None)
+    added = simulate_through_kind(catalog, simulator, "POST", f"{PETS}/pets", b'{"name": "Zed"}')
+    assert json.loads(added.response.body)["name"] == "Zed"
+    one = simulate_through_kind(catalog, simulator, "GET", f"{PETS}/pets/12")
+    assert json.loads(one.response.body) == {"id": 12, "name": "Rex", "status": "sold", "tag": None}
+    # A value the schema refuses is not said back: id must be 1 or more.
+    zero = simulate_through_kind(catalog, simulator, "GET", f"{PETS}/pets/0")
+    assert json.loads(zero.response.body)["id"] == 7
+    llm = _Says({"id": 3, "name": "Luna", "status": "sold"})
+    assert json.loads(simulate_through_kind(catalog, llm, "GET", f"{PETS}/pets/12").response.body)["id"] == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from http.cookies import CookieError, SimpleCookie
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
 from stbproxy import json_schema, jsonsafe
@@ -99,6 +99,8 @@ class OpenApi(BaseKind):
             if still is not None:
                 return Simulation(made.response, ok=False, meta={**meta, "error": f"no answer that follows the "
                                                                                   f"schema could be made: {still}"})
+        if meta.get("simulator") == "schema":
+            value = with_arguments(value, schema, op, call.args)
         _, body = api_body_parts(value)
         content_type = "application/json" if "*" in media[0] else media[0]
         return Simulation(Response(status, (("content-type", content_type),), body), ok=True, meta=meta)
@@ -119,6 +121,39 @@ def schema_value(op: Operation, key: str, status: int) -> Any:
         if media[1].schema is None or json_schema.problem(example, media[1].schema) is None:
             return example
     return value_for(media[1].schema, key)
+
+
+def with_arguments(value: Any, schema: Any, op: Operation, args: Mapping[str, Any]) -> Any:
+    """A made-up object answer that says back what the call named: a member named as an
+    argument takes its value (``name`` of a pet added as "Zed"), and ``id`` the value of
+    the one path parameter that is an id (``petId``), wherever the schema allows it."""
+    if not isinstance(value, dict):
+        return value
+    pairs = [(name, args[name]) for name in value if name in args]
+    ids = [p.name for p in op.parameters if p.where == "path" and p.name.lower().endswith("id")]
+    if "id" in value and len(ids) == 1 and ids[0] in args and "id" not in args:
+        pairs.append(("id", args[ids[0]]))
+    for name, given in pairs:
+        for candidate in _readings(given):
+            tried = {**value, name: candidate}
+            if json_schema.problem(tried, schema) is None:
+                value = tried
+                break
+    return value
+
+
+def _readings(given: Any) -> list[Any]:
+    """An argument as the answer may hold it: as given, then as a number or a boolean."""
+    found = [given]
+    if isinstance(given, str):
+        for read in (int, float):
+            try:
+                found.append(read(given))
+            except ValueError:
+                pass
+        if given in ("true", "false"):
+            found.append(given == "true")
+    return found
 
 
 def answer_problem(op: Operation, response: Response) -> str | None:
