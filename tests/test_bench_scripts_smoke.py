@@ -57,3 +57,12 @@ def test_bench_mcp_quick():
     out = run_script("bench_mcp.py", timeout=80)
     assert re.search(r"CPU per hit at concurrency 16: MCP tools/call [\d.]+ ms, /virtual [\d.]+ ms: [\d.]+", out), out
     assert "all answers checked" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_bench_openapi_quick():
+    out = run_script("bench_openapi.py", timeout=80)
+    assert "as 'bench-tools': 1 operation" in out, out
+    assert re.search(r"CPU per hit at concurrency 16: OpenAPI operation [\d.]+ ms, plain HTTP [\d.]+ ms: [\d.]+", out), out
+    assert "all answers checked" in out, out
