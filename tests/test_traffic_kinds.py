@@ -37,7 +37,7 @@ def test_each_request_is_taken_by_the_first_kind_that_knows_it():
     assert (routed.kind, llm.kind, plain.kind) == ("stb", "llm", "http")
     assert routed.api is not None and routed.args == {"city": "Paris"}
     assert plain.key == keys.request_key(Request("GET", "http://127.0.0.1:9/anything"))
-    assert kinds.names() == ["stb", "mcp", "llm", "http"]
+    assert kinds.names() == ["stb", "mcp", "llm", "openapi", "http"]
     assert kinds.of(replace(plain, kind="not-here")).name == "http"  # an unknown name: the last kind
 
 
