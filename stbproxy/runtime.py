@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from stbproxy.sim import simulators as simulator
+from stbproxy.sim.config import MODEL_KINDS
+from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_prompt
 from stbproxy.cassettes.store import CassetteStore, describe_miss
 from stbproxy.stb.catalog import Catalog
 from stbproxy.engine import Engine
@@ -67,6 +69,18 @@ def load_openapi(settings: Settings) -> OpenApiCatalog | None:
     return found
 
 
+def system_prompt_of(settings: Settings) -> str | None:
+    """The simulator model's system prompt from the user's files: --sim-system-prompt, or
+    StableToolBench's own from the checkout --stb-dir names."""
+    if settings.sim_system_prompt is not None and settings.stb_dir is not None:
+        raise ConfigError("give --sim-system-prompt or --stb-dir, not both", setting="sim_system_prompt")
+    if settings.sim_system_prompt is not None:
+        return read_text(settings.sim_system_prompt, "system prompt")
+    if settings.stb_dir is not None:
+        return stb_system_prompt(settings.stb_dir, settings.stb_prompt)
+    return None
+
+
 def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
     optional = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
     config = simulator.SimulatorConfig(
@@ -76,12 +90,14 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
         seed=settings.sim_seed,
         concurrency=settings.sim_concurrency,
         timeout=settings.sim_timeout,
+        system_prompt=system_prompt_of(settings),
+        template=PromptTemplate.read(settings.sim_prompt) if settings.sim_prompt else None,
         **optional,
     )
     kind = config.choose_kind()
     # Named in the ready line: an OPENAI_API_KEY left in the environment switches "auto" to
     # the LLM, which a user should see before paying for it.
-    description = f"llm {config.model_name}" if kind == "llm" else kind
+    description = f"{kind} {config.model_name}" if kind in MODEL_KINDS else kind
     return simulator.build_simulator(config, catalog, store, rules=settings.key_rules()), description
 
 

@@ -26,7 +26,7 @@ from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import UpstreamConfig
 from stbproxy.stb.validity import AUTO, CHOICES
 
-SIMULATORS = ("auto", "llm", "schema", "off")
+SIMULATORS = ("auto", "llm", "mirrorapi", "schema", "off")
 CATALOG_NAME = "catalog.json"
 
 log = logging.getLogger("stbproxy")
@@ -67,6 +67,10 @@ class Settings:
     sim_seed: int | None = None
     sim_concurrency: int = 16
     sim_timeout: float = 60.0
+    sim_system_prompt: Path | None = None  # a file holding the model's system prompt
+    stb_dir: Path | None = None  # a StableToolBench checkout, whose server's system prompts MirrorAPI needs
+    stb_prompt: str = "plain"  # which of them: "plain" or "cot"
+    sim_prompt: Path | None = None  # a prompt template (sim/prompt_file.py)
     shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
     max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431

@@ -108,10 +108,12 @@ from stbproxy.models import Mode
 @click.option("--mcp", "mcp", multiple=True, metavar="NAME=URL",
               help="Answer the MCP server at URL at this proxy's own http://HOST:PORT/mcp/NAME, for MCP clients "
                    "that ignore proxy variables (the same store entries as through the proxy). Repeatable.")
-@click.option("--simulator", type=click.Choice(["auto", "llm", "schema", "off"]), default="auto", show_default=True,
+@click.option("--simulator", type=click.Choice(["auto", "llm", "mirrorapi", "schema", "off"]), default="auto",
+              show_default=True,
               help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
-                   "OPENAI_BASE_URL, OPENAI_API_KEY), the offline schema simulator, or nobody (a clear "
-                   "error). auto: llm when an LLM is configured, else schema.")
+                   "OPENAI_BASE_URL, OPENAI_API_KEY), StableToolBench's trained MirrorAPI model behind such an "
+                   "endpoint (with --stb-dir or --sim-system-prompt), the offline schema simulator, or nobody "
+                   "(a clear error). auto: llm when an LLM is configured, else schema.")
 @click.option("--sim-model", default=None, help="The simulator's model.")
 @click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True,
               help="The simulator LLM's sampling temperature (0: the same call gets the same answer, "
@@ -121,6 +123,17 @@ from stbproxy.models import Mode
 @click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
+@click.option("--stb-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Your StableToolBench checkout: the mirrorapi simulator's system prompt is read from its "
+                   "server/system_prompts.py (never copied into stbproxy).")
+@click.option("--stb-prompt", type=click.Choice(["plain", "cot"]), default="plain", show_default=True,
+              help="With --stb-dir: the plain prompt (SFT_SYSTEM) or the chain-of-thought one (COT_SYSTEM).")
+@click.option("--sim-system-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A file holding the simulator model's system prompt (llm or mirrorapi).")
+@click.option("--sim-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A prompt template for the simulator model (llm or mirrorapi): [system] and [user] sections, "
+                   "placeholders {api_doc}, {api_doc_json}, {documentation}, {request}, {request_json}, "
+                   "{examples} (docs/simulators.md).")
 @click.option("--workers", default="1", show_default=True, metavar="N|auto",
               help="Processes answering on the port (auto: one per CPU core). One of them owns the store's "
                    "writes and every miss; the others answer hits from the store and hand it the rest.")
@@ -137,7 +150,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           max_connections, session, cassette,
           ordered, report, allow_empty, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, workers, fast_lane, verbose, shared):
+          sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, workers, fast_lane,
+          verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -199,6 +213,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_sim_max_tokens": sim_max_tokens,
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
+        "stb_dir": str(stb_dir) if stb_dir else None,
+        "stb_prompt": stb_prompt,
+        "stb_sim_system_prompt": str(sim_system_prompt) if sim_system_prompt else None,
+        "stb_sim_prompt": str(sim_prompt) if sim_prompt else None,
         "stb_shared": shared,
         "stb_allow_hosts": list(allow_host),
         "stb_deny_hosts": list(deny_host),

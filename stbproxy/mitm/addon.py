@@ -84,12 +84,16 @@ class StbAddon:
         loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
         loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
         loader.add_option("stb_mcp", Sequence[str], [], "NAME=URL: an MCP server answered at this proxy's own /mcp/NAME (for clients that ignore proxy variables).")
-        loader.add_option("stb_simulator", str, "auto", "auto, llm, schema or off (auto: llm when an LLM is configured, else schema).")
+        loader.add_option("stb_simulator", str, "auto", "auto, llm, mirrorapi, schema or off (auto: llm when an LLM is configured, else schema).")
         loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
         loader.add_option("stb_sim_temperature", str, "0", "The simulator's sampling temperature.")
         loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
         loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
         loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
+        loader.add_option("stb_dir", Optional[str], None, "A StableToolBench checkout: the mirrorapi simulator's system prompt is read from it.")
+        loader.add_option("stb_prompt", str, "plain", "With stb_dir: plain (SFT_SYSTEM) or cot (COT_SYSTEM).")
+        loader.add_option("stb_sim_system_prompt", Optional[str], None, "A file holding the simulator model's system prompt.")
+        loader.add_option("stb_sim_prompt", Optional[str], None, "A prompt template for the simulator model (docs/simulators.md).")
         loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
         loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
         loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
@@ -432,6 +436,10 @@ def settings_from_options(opts) -> Settings:
         sim_max_tokens=opts.stb_sim_max_tokens,
         sim_seed=opts.stb_sim_seed,
         sim_concurrency=opts.stb_sim_concurrency,
+        stb_dir=Path(opts.stb_dir) if opts.stb_dir else None,
+        stb_prompt=opts.stb_prompt,
+        sim_system_prompt=Path(opts.stb_sim_system_prompt) if opts.stb_sim_system_prompt else None,
+        sim_prompt=Path(opts.stb_sim_prompt) if opts.stb_sim_prompt else None,
         shared=opts.stb_shared or shared_url_from_env(),
         max_headers=opts.stb_max_headers,
         max_header_bytes=opts.stb_max_header_bytes,

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from stbproxy.errors import ConfigError
 
-KINDS = ("llm", "schema", "off")
+KINDS = ("llm", "mirrorapi", "schema", "off")
+MODEL_KINDS = ("llm", "mirrorapi")  # the simulators that ask a model
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
 @dataclass(frozen=True)
 class SimulatorConfig:
-    kind: str | None = None  # "llm", "schema", "off"; None lets choose_kind() decide
+    kind: str | None = None  # "llm", "mirrorapi", "schema", "off"; None lets choose_kind() decide
     model: str | None = None  # None: DEFAULT_MODEL
     temperature: float = 0.0
     max_tokens: int | None = 1024
@@ -28,6 +29,8 @@ class SimulatorConfig:
     max_examples: int = 5
     base_url: str | None = None  # None: the client reads OPENAI_BASE_URL
     api_key: str | None = None  # None: the client reads OPENAI_API_KEY
+    system_prompt: str | None = None  # the model's system prompt, read from the user's file
+    template: Any = None  # a prompt_file.PromptTemplate: the messages the model was trained on
 
     def __post_init__(self) -> None:
         if self.kind is not None and self.kind not in KINDS:

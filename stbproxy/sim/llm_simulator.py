@@ -1,9 +1,12 @@
 """``LlmSimulator``: asks an OpenAI-compatible chat model to play the API (the only importer
-of openai). The prompt and the reading of replies are llm_prompt.py's.
+of openai). What it says to the model and how it reads the replies is its dialect's
+(dialects.py): stbproxy's own prompt (llm_prompt.py), StableToolBench's MirrorAPI, or a
+template.
 
-A simulation's ``meta`` holds ``simulator``, ``model``, ``prompt_tokens`` and
-``completion_tokens`` (summed over attempts, since failed attempts cost too), ``attempts``
-and the model's ``error`` text when it gave one. Prompts and logs are built from the
+A simulation's ``meta`` holds ``simulator`` (the dialect's name), ``model``,
+``prompt_tokens`` and ``completion_tokens`` (summed over attempts, since failed attempts
+cost too), ``attempts``, the model's ``error`` text when it gave one, and ``recovered``
+when a malformed reply was read leniently (how). Prompts and logs are built from the
 redacted request only, and never from headers (call_facts.py).
 """
 
@@ -20,16 +23,9 @@ from stbproxy.errors import ConfigError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim.call_facts import ExampleCache, call_facts
 from stbproxy.sim.config import SimulatorConfig
-from stbproxy.sim.llm_prompt import (
-    BadReply,
-    answer_response,
-    build_messages,
-    example_pairs,
-    fit_examples,
-    parse_reply,
-    reply_text,
-    trim,
-)
+from stbproxy.sim import dialects
+from stbproxy.sim.dialects import Dialect
+from stbproxy.sim.llm_prompt import BadReply, answer_response, example_pairs, fit_examples, reply_text, trim
 from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.stb.catalog import Catalog
@@ -67,14 +63,15 @@ class LlmSimulator:
     """
 
     def __init__(self, config: SimulatorConfig, catalog: Catalog | None, store, *,
-                 rules: KeyRules = DEFAULT_RULES) -> None:
+                 rules: KeyRules = DEFAULT_RULES, dialect: Dialect | None = None) -> None:
         self.config = config
         self.catalog = catalog
         self.rules = rules
+        self.dialect = dialect or dialects.llm()
         self.model = config.model_name
         self._slots = asyncio.Semaphore(config.concurrency)
         self._examples = ExampleCache(store, config.max_examples)
-        self._json_mode = True  # until the backend refuses response_format
+        self._json_mode = self.dialect.json_mode  # until the backend refuses response_format
         api_key = config.api_key
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and (
                 config.base_url or os.environ.get("OPENAI_BASE_URL")):
@@ -95,15 +92,16 @@ class LlmSimulator:
             await client.close()
 
     async def simulate(self, job: SimulationRequest) -> Simulation:
-        meta: dict[str, Any] = {"simulator": "llm", "model": self.model, "prompt_tokens": 0,
+        meta: dict[str, Any] = {"simulator": self.dialect.name, "model": self.model, "prompt_tokens": 0,
                                 "completion_tokens": 0}
         name = str(job.api) if job.api else job.key
         try:
             facts = call_facts(job, self.catalog, self.rules)
             name = facts.name
-            found = self._examples.get(facts, job.key)
-            pairs = example_pairs(found, self.catalog, self.rules)
-            messages = build_messages(facts, fit_examples(pairs, self.config.example_budget))
+            pairs = []
+            if self.dialect.uses_examples:
+                pairs = example_pairs(self._examples.get(facts, job.key), self.catalog, self.rules)
+            messages = self.dialect.messages(facts, fit_examples(pairs, self.config.example_budget))
             async with self._slots:
                 return await self._ask(messages, name, meta)
         except openai.OpenAIError as exc:
@@ -121,7 +119,7 @@ class LlmSimulator:
             completion = await self._complete(messages)
             try:
                 text = reply_text(completion, meta)
-                error, response = parse_reply(text)
+                error, response, how = self.dialect.read(text)
             except BadReply as exc:
                 reason = str(exc)
                 log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s", name, attempt, MAX_ATTEMPTS,
@@ -130,6 +128,8 @@ class LlmSimulator:
             meta["attempts"] = attempt
             if error:
                 meta["error"] = error
+            if how:
+                meta["recovered"] = ", ".join(how)
             return Simulation(answer_response(error, response), ok=True, meta=meta)
         meta["attempts"] = MAX_ATTEMPTS
         reason = f"no usable reply in {MAX_ATTEMPTS} attempts (last: {reason})"
@@ -139,10 +139,12 @@ class LlmSimulator:
     async def _complete(self, messages: list[dict[str, str]]):
         request: dict[str, Any] = {"model": self.model, "messages": messages,
                                    "temperature": self.config.temperature}
-        if self.config.max_tokens is not None:
-            request["max_tokens"] = self.config.max_tokens
-        if self.config.seed is not None:
-            request["seed"] = self.config.seed
+        max_tokens = self.dialect.max_tokens or self.config.max_tokens
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        seed = self.config.seed if self.config.seed is not None else self.dialect.seed
+        if seed is not None:
+            request["seed"] = seed
         shard = self._busy.index(min(self._busy))  # the least busy client
         self._busy[shard] += 1
         try:

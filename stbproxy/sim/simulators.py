@@ -2,7 +2,8 @@
 
 A simulator gives an answer for a call that the real API could not answer.
 ``LlmSimulator`` (llm_simulator.py, the only importer of openai) asks an OpenAI-compatible
-model to play the API. ``SchemaSimulator`` builds a deterministic answer from the API's
+model to play the API, in stbproxy's prompt (``llm``), in the one StableToolBench's trained
+MirrorAPI model expects (``mirrorapi``), or in a template of the user's (dialects.py). ``SchemaSimulator`` builds a deterministic answer from the API's
 documented answer schema (from_schema.py) or ``template_response``, with no network at all. ``OffSimulator`` refuses. All see a call
 through call_facts.py: redacted, and never its headers.
 """
@@ -14,7 +15,9 @@ from typing import Any
 from stbproxy import jsonsafe
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim.call_facts import REAL_SOURCES, ExampleCache, body_text, call_facts
-from stbproxy.sim.config import SimulatorConfig
+from stbproxy.errors import ConfigError
+from stbproxy.sim import dialects
+from stbproxy.sim.config import MODEL_KINDS, SimulatorConfig
 from stbproxy.sim.llm_simulator import LlmSimulator
 from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.schema import virtual_answer
@@ -28,11 +31,28 @@ def build_simulator(config: SimulatorConfig, catalog: Catalog | None, store, *,
     """The simulator ``config`` asks for. ``rules`` must be the engine's, so that its extra
     secret fields stay out of prompts too."""
     kind = config.choose_kind()
+    if kind not in MODEL_KINDS and (config.template is not None or config.system_prompt is not None):
+        raise ConfigError(f"prompt options (--sim-prompt, --sim-system-prompt, --stb-dir) are for the llm and "
+                          f"mirrorapi simulators, not {kind}", setting="simulator")
     if kind == "off":
         return OffSimulator()
     if kind == "schema":
         return SchemaSimulator(catalog, store, rules=rules)
-    return LlmSimulator(config, catalog, store, rules=rules)
+    return LlmSimulator(config, catalog, store, rules=rules, dialect=dialect_for(kind, config))
+
+
+def dialect_for(kind: str, config: SimulatorConfig) -> dialects.Dialect:
+    """How the ``llm`` or ``mirrorapi`` simulator speaks to its model, with the user's prompts."""
+    if kind == "mirrorapi" and config.system_prompt is None and (
+            config.template is None or config.template.system is None):
+        raise ConfigError("the mirrorapi simulator needs the system prompt its model was trained on: give "
+                          "--stb-dir DIR (your StableToolBench checkout; --stb-prompt plain|cot chooses the "
+                          "prompt) or --sim-system-prompt FILE", setting="simulator")
+    if config.template is not None:
+        return dialects.templated(kind, config.template, config.system_prompt)
+    if kind == "mirrorapi":
+        return dialects.mirrorapi(config.system_prompt)
+    return dialects.llm(config.system_prompt)
 
 
 class SchemaSimulator:

@@ -110,8 +110,10 @@ class BaseKind:
                                      f"{call.host or 'this call'}", status=502)
 
     async def simulate(self, call: Call, simulator: Simulator, reason: str) -> Simulation:
+        # The arguments as the kind read them (a /virtual call's typed tool_input, which the
+        # stored request may only hold as query text), else as the request gives them.
         return await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
-                                                          doc=self.describe(call)))
+                                                          doc=self.describe(call), args=call.args or None))
 
     def injected(self, call: Call, kind: str, rule: str) -> Response | None:
         return None

@@ -1,0 +1,241 @@
+"""StableToolBench's trained simulator (MirrorAPI) and prompt templates: the exact request its
+model gets, its malformed replies read leniently (or refused), its system prompt read from a
+StableToolBench checkout without running it, and a real `stbproxy serve` using it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stbproxy.errors import ConfigError
+from stbproxy.models import Request
+from stbproxy.sim.call_facts import CallFacts
+from stbproxy.sim.llm_prompt import BadReply
+from stbproxy.sim.mirror_api import read_reply, user_message
+from stbproxy.sim.prompt_file import PromptTemplate, stb_system_prompt
+from stbproxy.stb.catalog import ApiDoc, Param
+from stbproxy.store.embedded import Store
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.servers import ProxyProcess
+from tests.stb_client import stb_call, stb_client
+
+# Made up for these tests: StableToolBench's own prompts are read from a checkout at run time.
+PLAIN = "You are a pretend API server (plain).\nAnswer {\"error\": ..., \"response\": ...} only."
+COT = "You are a pretend API server (thinking first).\nWrite mechanism_of_the_api, error, response."
+TOOLBENCH_KEY = "tbk-mirror-secret-3317"
+
+HEALTH = ApiDoc(category="Logistics", tool="Suivi-Colis", api="Health", url="https://suivi-colis.p.rapidapi.com/health",
+                method="GET", tool_description="Track parcels.", api_description="Get the API's health",
+                optional_parameters=(Param("verbose", "BOOLEAN", "more detail", "false"),))
+# What StableToolBench's server writes for this call: str() of two dicts, keys in this order.
+HEALTH_MESSAGE = (
+    "API doc:\n"
+    "{'api_name': 'Health', 'api_description': \"Get the API's health\", 'required_parameters': [], "
+    "'optional_parameters': [{'name': 'verbose', 'type': 'BOOLEAN', 'description': 'more detail', "
+    "'default': 'false'}], 'tool_description': 'Track parcels.', 'tool_name': 'suivi_colis', "
+    "'tool_category': 'Logistics'}\n\n"
+    "Request:\n{'verbose': True}")
+
+
+def checkout(root: Path, body: str | None = None) -> Path:
+    """A StableToolBench checkout as far as the simulator reads it: server/system_prompts.py."""
+    (root / "server").mkdir(parents=True, exist_ok=True)
+    (root / "server" / "system_prompts.py").write_text(body if body is not None else (
+        'raise SystemExit("this file must never run")\n'
+        f"COT_SYSTEM = {COT!r}\n"
+        f"SFT_SYSTEM = {PLAIN!r}\n"))
+    return root
+
+
+def facts(args, doc=HEALTH) -> CallFacts:
+    return CallFacts(Request("POST", "http://127.0.0.1/virtual"), doc, args, ())
+
+
+# -- the request ------------------------------------------------------------------------------------
+
+
+def test_the_user_message_is_the_one_the_model_was_trained_on():
+    assert user_message(facts({"verbose": True, "toolbench_key": TOOLBENCH_KEY})) == HEALTH_MESSAGE
+
+
+def test_an_api_nobody_described_is_named_by_its_request():
+    message = user_message(CallFacts(Request("GET", "https://api.example.test/v2/items?q=1"), None, {"q": "1"}, ()))
+    assert message.startswith("API doc:\n{'api_name': 'GET /v2/items', 'api_description': ''")
+    assert "'tool_name': 'api.example.test'" in message and message.endswith("Request:\n{'q': '1'}")
+
+
+def test_the_system_prompt_is_read_from_the_checkout_without_running_it(tmp_path):
+    root = checkout(tmp_path / "StableToolBench")
+    assert stb_system_prompt(root, "plain") == PLAIN
+    assert stb_system_prompt(root, "cot") == COT
+    with pytest.raises(ConfigError, match="assigns no COT_SYSTEM"):
+        stb_system_prompt(checkout(tmp_path / "other", "SFT_SYSTEM = 'x'\n"), "cot")
+    with pytest.raises(ConfigError, match="is --stb-dir a StableToolBench checkout"):
+        stb_system_prompt(tmp_path / "nowhere", "plain")
+    with pytest.raises(ConfigError, match="SFT_SYSTEM is not a plain string"):
+        stb_system_prompt(checkout(tmp_path / "made", "SFT_SYSTEM = make()\n"), "plain")
+
+
+# -- reading replies ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reply,error,response,how", [
+    ('{"error": "", "response": "{\\"status\\": \\"ok\\"}"}', "", '{"status": "ok"}', ""),
+    ('```json\n{"error": "", "response": {"status": "ok"}}\n```', "", {"status": "ok"}, "code fence"),
+    ('{"mechanism_of_the_api": "It reports health.", "error": "", "response": "{\\"status\\": \\"ok\\"}"}',
+     "", '{"status": "ok"}', "mechanism field left out"),
+    # the model's own unescaped quotes in the mechanism, then the output cut off inside the response
+    ('{"mechanism_of_the_api": "It says "up" or "down"", "error": "", "response": "{\\"status\\": \\"o',
+     "", '{"status": "o', "mechanism field left out, members read one by one, unclosed string"),
+    ('{"error": "", "response": "The service is up."}\nHope this helps!', "", "The service is up.",
+     "text around the object left out"),
+    ('{"error": "", "response": {"checks": [{"db": "ok"}, {"cache": "sl', "", {"checks": [{"db": "ok"},
+                                                                                        {"cache": "sl"}]},
+     "members read one by one, truncated value closed"),
+    ('```\n{"error": "", "response": "fine"', "", "fine", "code fence, members read one by one"),
+    ('{"error": "Missing required parameter: city", "response": ""}', "Missing required parameter: city", "", ""),
+])
+def test_malformed_replies_are_read_as_far_as_they_go(reply, error, response, how):
+    got_error, got_response, notes = read_reply(reply)
+    assert (got_error, got_response, ", ".join(notes)) == (error, response, how)
+
+
+@pytest.mark.parametrize("reply", ["", "   ", "I am sorry, I cannot help with that.", '{"error": "", "response": ""}',
+                                   '{"result": 1}', "x" * 70_000])
+def test_replies_with_nothing_to_recover_are_bad(reply):
+    with pytest.raises(BadReply):
+        read_reply(reply)
+
+
+# -- templates ---------------------------------------------------------------------------------------
+
+
+def test_a_template_fills_known_placeholders_and_leaves_other_braces():
+    template = PromptTemplate.parse(
+        "[system]\nYou are {api_doc_json}'s server.\n[user]\nDoc: {api_doc}\nCall: {request_json}\n"
+        'Reply as {"error": "", "response": {}} with {{request}} literal.\n{examples}', "t.txt")
+    system, user = template.messages(facts({"verbose": True}), [("{}", "up")], "ignored: the template has one")
+    assert system["role"] == "system" and system["content"].startswith('You are {"api_name": "Health"')
+    assert user["content"].split("\n")[0] == "Doc: " + HEALTH_MESSAGE.split("\n")[1]
+    assert 'Call: {"verbose": true}' in user["content"]
+    assert 'Reply as {"error": "", "response": {}} with {request} literal.' in user["content"]
+    assert user["content"].endswith("Call 1 arguments: {}\nCall 1 answer: up")
+
+
+def test_a_template_without_sections_is_the_user_message_and_takes_the_given_system_prompt():
+    template = PromptTemplate.parse("API doc:\n{api_doc}\n\nRequest:\n{request}")
+    assert template.messages(facts({"verbose": True}), [], PLAIN) == [
+        {"role": "system", "content": PLAIN}, {"role": "user", "content": HEALTH_MESSAGE}]
+    assert template.messages(facts({"verbose": True}), [], None) == [{"role": "user", "content": HEALTH_MESSAGE}]
+
+
+@pytest.mark.parametrize("text,words", [
+    ("Call {api_name}", "unknown placeholder {api_name}; the known ones are {api_doc}, {api_doc_json}"),
+    ("[user]\n{{api_doc}} is fine, {Request} is not", "unknown placeholder {Request}"),
+    ("[system]\nonly a system\n", "no user message"),
+    ("preamble\n[user]\nx", "text before its first [system] or [user] line"),
+    ("[user]\na\n[user]\nb", "two [user] sections"),
+])
+def test_bad_templates_are_refused_with_the_reason(text, words):
+    with pytest.raises(ConfigError) as caught:
+        PromptTemplate.parse(text, "t.txt")
+    assert words in str(caught.value)
+
+
+# -- a real proxy ------------------------------------------------------------------------------------
+
+
+def tools_store(tmp_path: Path) -> Path:
+    """A store whose catalog knows the Health API (ToolBench's tools/<Category>/<tool>.json)."""
+    tool = tmp_path / "tools" / "Logistics" / "suivi_colis.json"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(json.dumps({"tool_name": "Suivi-Colis", "tool_description": "Track parcels.", "api_list": [{
+        "name": "Health", "url": "https://suivi-colis.p.rapidapi.com/health", "method": "GET",
+        "description": "Get the API's health", "required_parameters": [],
+        "optional_parameters": [{"name": "verbose", "type": "BOOLEAN", "description": "more detail",
+                                 "default": "false"}]}]}))
+    store = tmp_path / "store"
+    done = subprocess.run([sys.executable, "-m", "stbproxy", "import", "tools", str(tmp_path / "tools"),
+                           "--store", str(store)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+def health(verbose) -> dict:
+    return stb_call("Logistics", "suivi_colis", "health", {"verbose": verbose}, TOOLBENCH_KEY)
+
+
+def test_serve_with_mirrorapi_sends_the_trained_request_and_keeps_its_answer(tmp_path):
+    store = tools_store(tmp_path)
+    root = checkout(tmp_path / "StableToolBench")
+
+    def model(request: dict):
+        if "False" in request["messages"][1]["content"]:  # hopeless every time: retried, then failed
+            return "The API is healthy, I think."
+        return ('{"mechanism_of_the_api": "It reports whether the service is up.", "error": "", '
+                '"response": "{\\"status\\": \\"up\\", \\"checks\\": 3}"}')
+
+    with FakeOpenAI(model) as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-mirror-test"}
+        with ProxyProcess(store, "--simulator", "mirrorapi", "--stb-dir", str(root), "--stb-prompt", "cot",
+                          "--sim-model", "simulation-qwen", "--sim-temperature", "0.1", env=env) as proxy:
+            assert "simulator mirrorapi simulation-qwen" in "".join(proxy.output)
+            drop_in = {"SERVICE_URL": f"{proxy.url}/virtual"}
+            first, again, hopeless = stb_client(drop_in, [health(True), health(True), health(False)])
+        asked = llm.chat_requests()
+    assert [r["source"] for r in (first, again)] == ["simulated", "cache"]
+    assert json.loads(first["observation"]) == {"error": "", "response": '{"status": "up", "checks": 3}'}
+    assert again["observation"] == first["observation"]
+    # Exactly what StableToolBench's MirrorAPI server sends, with the cot prompt from the checkout.
+    assert asked[0] == {"model": "simulation-qwen", "temperature": 0.1, "max_tokens": 2048, "seed": 42,
+                        "messages": [{"role": "system", "content": COT},
+                                     {"role": "user", "content": HEALTH_MESSAGE}]}
+    assert len(asked) == 1 + 3  # one answer, then three bad replies for the hopeless call
+    assert json.loads(hopeless["observation"])["error"].startswith("Failed to simulate")
+    assert hopeless["source"] == "simulated-error"
+    with Store(store, readonly=True) as db:
+        kept = [e for e in db.scan("api/") if e.source.value == "simulated"]
+        failed = list(db.scan("log/simulated-error/"))
+    assert len(kept) == 1 and len(failed) == 1
+    assert kept[0].meta["simulator"] == "mirrorapi" and kept[0].meta["recovered"] == "mechanism field left out"
+    assert TOOLBENCH_KEY not in json.dumps([r["messages"] for r in asked])
+
+
+def test_a_template_gives_an_llm_the_prompt_it_was_trained_on(tmp_path):
+    store = tools_store(tmp_path)
+    template = tmp_path / "prompt.txt"
+    template.write_text("[system]\nPlay {api_doc_json}.\n[user]\n{request_json}")
+    with FakeOpenAI(lambda _request: '```json\n{"error": "", "response": {"status": "up"}}\n```') as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-template-test"}
+        with ProxyProcess(store, "--simulator", "llm", "--sim-prompt", str(template), "--sim-model", "m",
+                          env=env) as proxy:
+            (answer,) = stb_client({"SERVICE_URL": f"{proxy.url}/virtual"}, [health(True)])
+        (asked,) = llm.chat_requests()
+    assert json.loads(answer["observation"])["response"] == {"status": "up"}
+    assert asked["messages"][0]["content"].startswith('Play {"api_name": "Health"')
+    assert asked["messages"][1]["content"] == '{"verbose": true}'
+    assert "response_format" not in asked
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--simulator", "mirrorapi"], "the mirrorapi simulator needs the system prompt its model was trained on"),
+    (["--simulator", "schema", "--stb-dir", "CHECKOUT"], "prompt options (--sim-prompt, --sim-system-prompt, "
+                                                         "--stb-dir) are for the llm and mirrorapi simulators"),
+    (["--simulator", "mirrorapi", "--stb-dir", "EMPTY"], "is --stb-dir a StableToolBench checkout?"),
+    (["--simulator", "llm", "--sim-prompt", "BADTEMPLATE"], "unknown placeholder {tool}"),
+])
+def test_prompt_mistakes_stop_serve_before_it_is_ready(tmp_path, args, words):
+    root = checkout(tmp_path / "StableToolBench")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.txt").write_text("Play {tool}")
+    args = [str(root) if a == "CHECKOUT" else str(tmp_path / "empty") if a == "EMPTY"
+            else str(tmp_path / "bad.txt") if a == "BADTEMPLATE" else a for a in args]
+    done = subprocess.run([sys.executable, "-m", "stbproxy", "serve", "--port", "0", "--store",
+                           str(tmp_path / "store"), *args], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_API_KEY": "sk-x"})
+    assert done.returncode != 0 and "ready" not in done.stdout
+    assert words in done.stderr, done.stderr
