@@ -21,12 +21,13 @@ FAULT_HEADER = "X-Stb-Fault"
 
 
 def simulator_name(meta: Mapping | None) -> str | None:
-    """The simulator that made an answer, from its stored facts: ``llm MODEL`` or ``schema``."""
+    """The simulator that made an answer, from its stored facts: ``llm MODEL``, ``mirrorapi
+    MODEL`` or ``schema``."""
     if not meta or not meta.get("simulator"):
         return None
     name = str(meta["simulator"])
     model = meta.get("model")
-    return f"{name} {model}" if name == "llm" and model else name
+    return f"{name} {model}" if name in ("llm", "mirrorapi") and model else name
 
 
 def marked(response: Response, source: Source, origin: Source, meta: Mapping | None = None) -> Response:

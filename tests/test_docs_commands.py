@@ -65,6 +65,10 @@ def stb_workspace(root: Path) -> Path:
             "method": "GET", "description": "A team by its id.",
             "required_parameters": [{"name": "id", "type": "STRING", "description": "the team's id", "default": "1"}],
             "optional_parameters": []}]})
+    # the MirrorAPI server's system prompts (made up here), which `--stb-dir .` reads
+    prompts = root / "server" / "system_prompts.py"
+    prompts.write_text('SFT_SYSTEM = "You stand in for an API (a made-up prompt)."\n'
+                       'COT_SYSTEM = "Think about the API first (a made-up prompt)."\n', encoding="utf-8")
     # the answers StableToolBench's pipeline writes, where its scripts write them
     answers = root / "data" / "answer" / "virtual_chatgpt_cot" / "G1_instruction"
     shutil.copytree(root / "pipeline_answers_tool_calls" / "G1_instruction", answers)

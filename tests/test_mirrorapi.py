@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from stbproxy.errors import ConfigError
 from stbproxy.models import Request
@@ -186,8 +187,10 @@ def test_serve_with_mirrorapi_sends_the_trained_request_and_keeps_its_answer(tmp
             assert "simulator mirrorapi simulation-qwen" in "".join(proxy.output)
             drop_in = {"SERVICE_URL": f"{proxy.url}/virtual"}
             first, again, hopeless = stb_client(drop_in, [health(True), health(True), health(False)])
+            seen = requests.post(f"{proxy.url}/virtual", json=health(True), timeout=30).headers
         asked = llm.chat_requests()
     assert [r["source"] for r in (first, again)] == ["simulated", "cache"]
+    assert (seen["X-Stb-Origin"], seen["X-Stb-Simulator"]) == ("simulated", "mirrorapi simulation-qwen")
     assert json.loads(first["observation"]) == {"error": "", "response": '{"status": "up", "checks": 3}'}
     assert again["observation"] == first["observation"]
     # Exactly what StableToolBench's MirrorAPI server sends, with the cot prompt from the checkout.
