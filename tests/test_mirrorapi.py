@@ -94,9 +94,8 @@ def test_the_system_prompt_is_read_from_the_checkout_without_running_it(tmp_path
      "", '{"status": "o', "mechanism field left out, members read one by one, unclosed string"),
     ('{"error": "", "response": "The service is up."}\nHope this helps!', "", "The service is up.",
      "text around the object left out"),
-    ('{"error": "", "response": {"checks": [{"db": "ok"}, {"cache": "sl', "", {"checks": [{"db": "ok"},
-                                                                                        {"cache": "sl"}]},
-     "members read one by one, truncated value closed"),
+    ('{"error": "", "response": {"checks": [{"db": "ok"}, {"cache": "sl', "", {"checks": [{"db": "ok"}]},
+     "members read one by one, truncated value closed after its last complete member"),
     ('```\n{"error": "", "response": "fine"', "", "fine", "code fence, members read one by one"),
     ('{"error": "Missing required parameter: city", "response": ""}', "Missing required parameter: city", "", ""),
 ])

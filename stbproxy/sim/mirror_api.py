@@ -10,7 +10,7 @@ tool_category; the request is the call's arguments without ``toolbench_key``.
 
 Its replies are one JSON object ``{"error", "response"}`` (the chain-of-thought model writes a
 ``mechanism_of_the_api`` member first), but often malformed: in code fences, cut off at the
-token limit inside a string, followed by prose. ``read_reply`` recovers what can be
+token limit, followed by prose. ``read_reply`` recovers what can be
 recovered and says how, or raises BadReply.
 """
 
@@ -21,9 +21,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from stbproxy import jsonsafe
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import MAX_REPLY_CHARS, BadReply
+from stbproxy.sim.schema import repair_truncated_json
 
 USER_MESSAGE = "API doc:\n{api_doc}\n\nRequest:\n{request}"
 SEED = 42  # what StableToolBench's server sends
@@ -123,10 +123,10 @@ def _value_at(text: str, at: int) -> tuple[Any, str | None]:
         return value, ""
     except ValueError:
         pass
-    if text[at] in "{[":  # cut off: closed where it stopped, if that makes it JSON
-        closed = _closed(text[at:])
+    if text[at] in "{[":  # cut off: its complete members kept, the open brackets closed
+        closed = repair_truncated_json(text[at:].rstrip())
         if closed is not None:
-            return closed, "truncated value closed"
+            return closed, "truncated value closed after its last complete member"
         return text[at:].rstrip(), "truncated value kept as text"
     return None, None
 
@@ -160,33 +160,6 @@ def _unescape(raw: str) -> str:
             return json.loads(f'"{cleaned}"')
         except ValueError:
             return raw
-
-
-def _closed(cut: str) -> Any:
-    """A JSON value cut off mid-way, closed where it stopped; None when that is not JSON."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in cut:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]" and stack:
-            stack.pop()
-    text = cut.rstrip().rstrip(",") + ('"' if in_string else "")
-    for candidate in (text, re.sub(r',?\s*"[^"]*"\s*:?\s*$', "", text)):
-        try:
-            return jsonsafe.loads(candidate + "".join(reversed(stack)))
-        except ValueError:
-            continue
-    return None
 
 
 def _checked(error: Any, response: Any, how: list[str]) -> tuple[str, Any, list[str]]:
