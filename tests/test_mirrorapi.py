@@ -241,3 +241,59 @@ def test_prompt_mistakes_stop_serve_before_it_is_ready(tmp_path, args, words):
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_API_KEY": "sk-x"})
     assert done.returncode != 0 and "ready" not in done.stdout
     assert words in done.stderr, done.stderr
+
+
+# -- the simulator itself, against the OpenAI-compatible fake --------------------------------------
+
+MALFORMED = {
+    "well formed": ('{"error": "", "response": "{\\"status\\": \\"up\\"}"}', '{"status": "up"}', None),
+    "code fence": ('```json\n{"error": "", "response": "up"}\n```', "up", "code fence"),
+    "mechanism first": ('{"mechanism_of_the_api": "m", "error": "", "response": "up"}', "up",
+                        "mechanism field left out"),
+    "unclosed string": ('{"error": "", "response": "{\\"status\\": \\"u', '{"status": "u',
+                        "members read one by one, unclosed string"),
+    "trailing prose": ('{"error": "", "response": "up"} Let me know if you need more.', "up",
+                       "text around the object left out"),
+}
+
+
+def run_simulation(server: FakeOpenAI, args: dict):
+    import asyncio
+
+    from stbproxy.sim.config import SimulatorConfig
+    from stbproxy.sim.simulation import SimulationRequest
+    from stbproxy.sim.simulators import build_simulator
+
+    config = SimulatorConfig(kind="mirrorapi", model="mirror", base_url=server.base_url, api_key="k",
+                             temperature=0.2, system_prompt=PLAIN, max_retries=0)
+    simulator = build_simulator(config, None, None)
+    job = SimulationRequest(Request("GET", "https://suivi-colis.p.rapidapi.com/health"), "api/x/y/z/0", HEALTH.ref,
+                            "the API is down", doc=HEALTH, args=args)
+
+    async def once():
+        try:
+            return await simulator.simulate(job)
+        finally:
+            await simulator.aclose()
+    return asyncio.run(once())
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_each_kind_of_reply_through_the_fake(name):
+    reply, response, how = MALFORMED[name]
+    with FakeOpenAI(lambda _request: reply) as server:
+        made = run_simulation(server, {"verbose": True, "toolbench_key": TOOLBENCH_KEY})
+        (asked,) = server.chat_requests()
+    assert made.ok and made.response.body.decode() == response
+    assert made.meta["simulator"] == "mirrorapi" and made.meta.get("recovered") == how
+    assert asked == {"model": "mirror", "temperature": 0.2, "max_tokens": 2048, "seed": 42,
+                     "messages": [{"role": "system", "content": PLAIN}, {"role": "user", "content": HEALTH_MESSAGE}]}
+
+
+def test_a_reply_with_nothing_to_recover_is_asked_again_then_fails():
+    replies = iter(["Sorry, no.", "```\nnothing here\n```", "I am an API server."])
+    with FakeOpenAI(lambda _request: next(replies)) as server:
+        made = run_simulation(server, {"verbose": False})
+        assert server.calls == 3
+    assert not made.ok and made.meta["attempts"] == 3
+    assert "no usable reply in 3 attempts" in made.response.body.decode()
