@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from stbproxy.errors import ConfigError
+from stbproxy.keys import api_key
 from stbproxy.models import Request
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import BadReply
@@ -69,6 +70,32 @@ def test_an_api_nobody_described_is_named_by_its_request():
     assert "'tool_name': 'api.example.test'" in message and message.endswith("Request:\n{'q': '1'}")
 
 
+def test_tool_and_category_are_named_as_stabletoolbench_names_them():
+    from stbproxy.sim.mirror_api import api_doc
+
+    doc = ApiDoc(category="Business Software", tool="Data for Good", api="Get Stats", url="https://x.example/s")
+    described = api_doc(CallFacts(Request("GET", "https://x.example/s"), doc, {}, ()))
+    # the category standardized; the tool standardized, cut at its first "_for_" as the server cuts
+    # what the client sends (data_for_good); the API by its documented name
+    assert (described["tool_category"], described["tool_name"], described["api_name"]) == (
+        "Business_Software", "data", "Get Stats")
+
+
+def test_an_mcp_tool_is_described_from_its_own_doc():
+    from stbproxy.mcp.tools import tool_doc
+
+    doc = tool_doc("weather-srv", {"name": "get_forecast", "description": "Forecast for a city", "inputSchema": {
+        "type": "object", "required": ["city"],
+        "properties": {"city": {"type": "string", "description": "City"}, "days": {"type": "integer", "default": 3}}}})
+    message = user_message(CallFacts(Request("POST", "http://127.0.0.1/mcp"), doc, {"city": "Oslo", "days": 2}, ()))
+    assert message == (
+        "API doc:\n{'api_name': 'get_forecast', 'api_description': 'Forecast for a city', 'required_parameters': "
+        "[{'name': 'city', 'type': 'STRING', 'description': 'City', 'default': None}], 'optional_parameters': "
+        "[{'name': 'days', 'type': 'INTEGER', 'description': '', 'default': 3}], 'tool_description': "
+        "'the MCP server weather-srv', 'tool_name': 'weather_srv', 'tool_category': 'mcp'}\n\n"
+        "Request:\n{'city': 'Oslo', 'days': 2}")
+
+
 def test_the_system_prompt_is_read_from_the_checkout_without_running_it(tmp_path):
     root = checkout(tmp_path / "StableToolBench")
     assert stb_system_prompt(root, "plain") == PLAIN
@@ -95,9 +122,30 @@ def test_the_system_prompt_is_read_from_the_checkout_without_running_it(tmp_path
     ('{"error": "", "response": "The service is up."}\nHope this helps!', "", "The service is up.",
      "text around the object left out"),
     ('{"error": "", "response": {"checks": [{"db": "ok"}, {"cache": "sl', "", {"checks": [{"db": "ok"}]},
-     "members read one by one, truncated value closed after its last complete member"),
+     "members read one by one, truncated JSON closed after its last complete member"),
     ('```\n{"error": "", "response": "fine"', "", "fine", "code fence, members read one by one"),
     ('{"error": "Missing required parameter: city", "response": ""}', "Missing required parameter: city", "", ""),
+    # a string holding JSON cut at the token limit: its complete members, closed, in the model's own spelling
+    ('{"error":"","response":"{\\"results\\":[{\\"id\\":1},{\\"id\\":2', "", '{"results":[{"id":1}]}',
+     "members read one by one, unclosed string, truncated JSON closed after its last complete member"),
+    # the answer's JSON written with its quotes unescaped: kept whole, not cut at its first quote
+    ('{"error": "", "response": "{"status": "ok", "n": 1}"}', "", '{"status": "ok", "n": 1}',
+     "members read one by one, unescaped quotes kept"),
+    ('{"error": "Param "x" is bad", "response": ""}', 'Param "x" is bad', "",
+     "members read one by one, unescaped quotes kept"),
+    ('{"error": "", "response": "{"a": {"b": "c"}}"}\nHope this "helps"', "", '{"a": {"b": "c"}}',
+     "members read one by one, unescaped quotes kept"),
+    # raw newlines in a string (not JSON, but what the model meant): no trailing quote and brace kept
+    ('{"error": "", "response": "line 1\nline 2"}', "", "line 1\nline 2", "raw control characters in strings read"),
+    ("{\"error\": \"\", \"response\": \"it\\'s \\u00e9t\\u00e9 \\ud83d\\ude00\"}", "", "it's \u00e9t\u00e9 \U0001f600",
+     "members read one by one"),
+    ('{"error": "", "response": "caf\\u00e9 \\u00', "", "caf\u00e9 ", "members read one by one, unclosed string"),
+    ("{'error': '', 'response': {'ok': True, 'n': None}}", "", {"ok": True, "n": None}, "python literal"),
+    ('Sure {see below}: {"error": "", "response": {"a": 1}} Done.', "", {"a": 1}, "text around the object left out"),
+    # member names inside other values are not members: the mechanism's prose, the answer's own "error"
+    ('{"mechanism_of_the_api": "It says "error": "x" at times", "error": "", "response": "ok"',
+     "", "ok", "mechanism field left out, members read one by one"),
+    ('{"response": "{"error": "inner"}"}', "", '{"error": "inner"}', "members read one by one, unescaped quotes kept"),
 ])
 def test_malformed_replies_are_read_as_far_as_they_go(reply, error, response, how):
     got_error, got_response, notes = read_reply(reply)
@@ -105,7 +153,10 @@ def test_malformed_replies_are_read_as_far_as_they_go(reply, error, response, ho
 
 
 @pytest.mark.parametrize("reply", ["", "   ", "I am sorry, I cannot help with that.", '{"error": "", "response": ""}',
-                                   '{"result": 1}', "x" * 70_000])
+                                   '{"result": 1}', "x" * 70_000,
+                                   # cut before its first complete member: nothing honest to keep
+                                   '{"error": "", "response": {"status": "u',
+                                   '```json\n{"mechanism_of_the_api": "It reports the status of'])
 def test_replies_with_nothing_to_recover_are_bad(reply):
     with pytest.raises(BadReply):
         read_reply(reply)
@@ -223,19 +274,36 @@ def test_a_template_gives_an_llm_the_prompt_it_was_trained_on(tmp_path):
     assert "response_format" not in asked
 
 
+def test_an_error_answer_reaches_a_virtual_client_as_stabletoolbench_serves_it(tmp_path):
+    store = tools_store(tmp_path)
+    root = checkout(tmp_path / "StableToolBench")
+    with FakeOpenAI(lambda _request: '{"error": "Missing required parameter: city", "response": ""}') as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-mirror-test"}
+        with ProxyProcess(store, "--simulator", "mirrorapi", "--stb-dir", str(root), env=env) as proxy:
+            (answer,) = stb_client({"SERVICE_URL": f"{proxy.url}/virtual"}, [health(True)])
+    assert json.loads(answer["observation"]) == {"error": "Missing required parameter: city", "response": ""}
+
+
 @pytest.mark.parametrize("args,words", [
     (["--simulator", "mirrorapi"], "the mirrorapi simulator needs the system prompt its model was trained on"),
     (["--simulator", "schema", "--stb-dir", "CHECKOUT"], "prompt options (--sim-prompt, --sim-system-prompt, "
                                                          "--stb-dir) are for the llm and mirrorapi simulators"),
     (["--simulator", "mirrorapi", "--stb-dir", "EMPTY"], "is --stb-dir a StableToolBench checkout?"),
     (["--simulator", "llm", "--sim-prompt", "BADTEMPLATE"], "unknown placeholder {tool}"),
+    (["--simulator", "mirrorapi", "--stb-dir", "PLAINONLY", "--stb-prompt", "cot"], "assigns no COT_SYSTEM"),
+    (["--simulator", "mirrorapi", "--sim-system-prompt", "FILE", "--stb-prompt", "cot"],
+     "--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too"),
+    (["--simulator", "mirrorapi", "--sim-system-prompt", "FILE", "--stb-dir", "CHECKOUT"],
+     "give --sim-system-prompt or --stb-dir, not both"),
 ])
 def test_prompt_mistakes_stop_serve_before_it_is_ready(tmp_path, args, words):
-    root = checkout(tmp_path / "StableToolBench")
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "bad.txt").write_text("Play {tool}")
-    args = [str(root) if a == "CHECKOUT" else str(tmp_path / "empty") if a == "EMPTY"
-            else str(tmp_path / "bad.txt") if a == "BADTEMPLATE" else a for a in args]
+    places = {"CHECKOUT": checkout(tmp_path / "StableToolBench"), "EMPTY": tmp_path / "empty",
+              "BADTEMPLATE": tmp_path / "bad.txt", "FILE": tmp_path / "system.txt",
+              "PLAINONLY": checkout(tmp_path / "old", f"SFT_SYSTEM = {PLAIN!r}\n")}
+    places["EMPTY"].mkdir()
+    places["BADTEMPLATE"].write_text("Play {tool}")
+    places["FILE"].write_text("Be the API.")
+    args = [str(places[a]) if a in places else a for a in args]
     done = subprocess.run([sys.executable, "-m", "stbproxy", "serve", "--port", "0", "--store",
                            str(tmp_path / "store"), *args], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_API_KEY": "sk-x"})
@@ -257,18 +325,18 @@ MALFORMED = {
 }
 
 
-def run_simulation(server: FakeOpenAI, args: dict):
+def run_simulation(server: FakeOpenAI, args: dict, store=None, **settings):
     import asyncio
 
     from stbproxy.sim.config import SimulatorConfig
     from stbproxy.sim.simulation import SimulationRequest
     from stbproxy.sim.simulators import build_simulator
 
-    config = SimulatorConfig(kind="mirrorapi", model="mirror", base_url=server.base_url, api_key="k",
-                             temperature=0.2, system_prompt=PLAIN, max_retries=0)
-    simulator = build_simulator(config, None, None)
-    job = SimulationRequest(Request("GET", "https://suivi-colis.p.rapidapi.com/health"), "api/x/y/z/0", HEALTH.ref,
-                            "the API is down", doc=HEALTH, args=args)
+    config = SimulatorConfig(**{"kind": "mirrorapi", "model": "mirror", "base_url": server.base_url, "api_key": "k",
+                                "temperature": 0.2, "system_prompt": PLAIN, "max_retries": 0, **settings})
+    simulator = build_simulator(config, None, store)
+    job = SimulationRequest(Request("GET", "https://suivi-colis.p.rapidapi.com/health"), api_key(HEALTH.ref, args),
+                            HEALTH.ref, "the API is down", doc=HEALTH, args=args)
 
     async def once():
         try:
@@ -297,3 +365,84 @@ def test_a_reply_with_nothing_to_recover_is_asked_again_then_fails():
         assert server.calls == 3
     assert not made.ok and made.meta["attempts"] == 3
     assert "no usable reply in 3 attempts" in made.response.body.decode()
+
+
+def test_the_meta_says_who_made_the_answer_how_and_at_what_cost():
+    # a hopeless first reply, then one in a fence, mechanism first, its closing brace lost
+    replies = iter(["No idea.",
+                    '```json\n{"mechanism_of_the_api": "m", "error": "", "response": "{\\"up\\": true}"\n```'])
+    with FakeOpenAI(lambda _request: next(replies)) as server:
+        made = run_simulation(server, {"verbose": True})
+        first, second = server.chat_requests()
+    assert made.ok and made.response.body == b'{"up": true}'
+    meta = made.meta
+    assert (meta["simulator"], meta["model"], meta["attempts"]) == ("mirrorapi", "mirror", 2)
+    assert meta["recovered"] == "code fence, mechanism field left out, members read one by one"
+    assert meta["prompt_tokens"] > 0 and meta["completion_tokens"] > 0
+    assert first == second  # asked again the same way: seed 42, the same messages
+
+
+def test_an_error_answer_keeps_its_text():
+    with FakeOpenAI(lambda _request: '{"error": "Missing required parameter: city", "response": ""}') as server:
+        made = run_simulation(server, {"verbose": True})
+    assert made.ok and made.meta["error"] == "Missing required parameter: city"
+    assert json.loads(made.response.body) == {"error": "Missing required parameter: city", "response": ""}
+
+
+def test_the_seed_setting_replaces_the_trained_seed_but_not_the_token_limit():
+    with FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
+        run_simulation(server, {"verbose": True}, seed=7, max_tokens=100)
+        (asked,) = server.chat_requests()
+    assert (asked["seed"], asked["max_tokens"]) == (7, 2048)
+
+
+def test_a_mirrorapi_template_keeps_the_trained_settings_and_fills_the_examples(tmp_path):
+    from stbproxy.models import Exchange, Response, Source
+
+    with Store(tmp_path / "store") as store:
+        store.put(Exchange(api_key(HEALTH.ref, {"verbose": "false"}), Request("GET", HEALTH.url + "?verbose=false"),
+                           Response(200, (("Content-Type", "application/json"),), b'{"status": "up"}'),
+                           Source.UPSTREAM, 0.0, api=HEALTH.ref))
+        template = PromptTemplate.parse("[system]\nBe {{the}} API.\n[user]\n{examples}\n---\n{request}")
+        with FakeOpenAI(lambda _request: "{'error': '', 'response': 'up'}") as server:
+            made = run_simulation(server, {"verbose": True}, store=store, template=template, system_prompt=None)
+            (asked,) = server.chat_requests()
+    assert made.ok and made.meta["recovered"] == "python literal"
+    assert asked["messages"] == [{"role": "system", "content": "Be {the} API."},
+                                 {"role": "user", "content": 'Call 1 arguments: {"verbose": "false"}\n'
+                                                             'Call 1 answer: {"status": "up"}\n---\n'
+                                                             "{'verbose': True}"}]
+    assert (asked["seed"], asked["max_tokens"], "response_format" in asked) == (42, 2048, False)
+
+
+def test_the_llm_simulator_takes_a_system_prompt_file_and_keeps_its_own_user_message(tmp_path):
+    from stbproxy.sim.llm_prompt import build_messages
+
+    with Store(tmp_path / "store") as store, FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
+        made = run_simulation(server, {"verbose": True}, store=store, kind="llm", system_prompt="Play the API.")
+        (asked,) = server.chat_requests()
+    ours = build_messages(CallFacts(Request("GET", HEALTH.url), HEALTH, {"verbose": True}, ()), [])
+    assert made.ok and made.meta["simulator"] == "llm"
+    assert asked["messages"] == [{"role": "system", "content": "Play the API."}, ours[1]]
+    assert asked["response_format"] == {"type": "json_object"} and "seed" not in asked
+
+
+def settings(tmp_path: Path, **given):
+    from stbproxy.settings import Settings
+
+    return Settings(store=tmp_path / "store", simulator="mirrorapi", **given)
+
+
+def test_serve_settings_read_the_prompt_the_user_chose(tmp_path):
+    from stbproxy.runtime import system_prompt_of
+
+    root = checkout(tmp_path / "StableToolBench")
+    (tmp_path / "system.txt").write_text("From a file.\n")
+    assert system_prompt_of(settings(tmp_path, stb_dir=root)) == PLAIN  # plain unless told
+    assert system_prompt_of(settings(tmp_path, stb_dir=root, stb_prompt="cot")) == COT
+    assert system_prompt_of(settings(tmp_path, sim_system_prompt=tmp_path / "system.txt")) == "From a file.\n"
+    assert system_prompt_of(settings(tmp_path)) is None
+    with pytest.raises(ConfigError, match="give --sim-system-prompt or --stb-dir, not both"):
+        system_prompt_of(settings(tmp_path, stb_dir=root, sim_system_prompt=tmp_path / "system.txt"))
+    with pytest.raises(ConfigError, match="--stb-prompt must be one of plain, cot"):
+        system_prompt_of(settings(tmp_path, stb_dir=root, stb_prompt="fancy"))

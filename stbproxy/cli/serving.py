@@ -126,8 +126,9 @@ from stbproxy.models import Mode
 @click.option("--stb-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="Your StableToolBench checkout: the mirrorapi simulator's system prompt is read from its "
                    "server/system_prompts.py (never copied into stbproxy).")
-@click.option("--stb-prompt", type=click.Choice(["plain", "cot"]), default="plain", show_default=True,
-              help="With --stb-dir: the plain prompt (SFT_SYSTEM) or the chain-of-thought one (COT_SYSTEM).")
+@click.option("--stb-prompt", type=click.Choice(["plain", "cot"]), default=None,
+              help="With --stb-dir: the plain prompt (SFT_SYSTEM, the default) or the chain-of-thought one "
+                   "(COT_SYSTEM).")
 @click.option("--sim-system-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="A file holding the simulator model's system prompt (llm or mirrorapi).")
 @click.option("--sim-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -169,6 +170,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
+    if stb_prompt is not None and stb_dir is None:  # else the choice would silently do nothing
+        fail("--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too")
     from stbproxy.workers.pool import worker_count
 
     try:
@@ -214,7 +217,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
         "stb_dir": str(stb_dir) if stb_dir else None,
-        "stb_prompt": stb_prompt,
+        "stb_prompt": stb_prompt or "plain",
         "stb_sim_system_prompt": str(sim_system_prompt) if sim_system_prompt else None,
         "stb_sim_prompt": str(sim_prompt) if sim_prompt else None,
         "stb_shared": shared,

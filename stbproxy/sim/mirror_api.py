@@ -9,21 +9,25 @@ api_description, required_parameters, optional_parameters, tool_description, too
 tool_category; the request is the call's arguments without ``toolbench_key``.
 
 Its replies are one JSON object ``{"error", "response"}`` (the chain-of-thought model writes a
-``mechanism_of_the_api`` member first), but often malformed: in code fences, cut off at the
-token limit, followed by prose. ``read_reply`` recovers what can be
-recovered and says how, or raises BadReply.
+``mechanism_of_the_api`` member first), but often malformed: in code fences, followed by
+prose, with raw newlines or unescaped quotes in strings, written as a Python dict, cut off
+at the token limit. ``read_reply`` recovers what can be recovered without guessing (never
+StableToolBench's own regex reading, which keeps the closing ``"}`` in the answer and cuts
+an error at its first quote) and says how, or raises BadReply.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import warnings
 from typing import Any
 from urllib.parse import urlsplit
 
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import MAX_REPLY_CHARS, BadReply
-from stbproxy.sim.schema import repair_truncated_json
+from stbproxy.sim.schema import truncated_json_text
 
 USER_MESSAGE = "API doc:\n{api_doc}\n\nRequest:\n{request}"
 SEED = 42  # what StableToolBench's server sends
@@ -61,7 +65,22 @@ def user_message(facts: CallFacts) -> str:
 # -- reading the model's reply --------------------------------------------------------------------
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
-_MEMBER = re.compile(r'"(error|response)"\s*:\s*')
+_NAMES = r"(?:mechanism_of_the_api|error|response)"  # the members the models write, in this order
+_MEMBER = re.compile(rf'"({_NAMES})"\s*:\s*')
+# What may follow a string's closing quote: another member, or the object's end.
+_CONTINUES = re.compile(r'\s*(?:,\s*"[^"\n]*"\s*:|[}\]]|\Z)')
+# For a string known to hold stray quotes, what follows its real closing quote, best first:
+# one of the answer's own members, or the object's end ending the reply; the object's end
+# on a line of its own (prose after it); the reply's end (its closing brace lost).
+_ENDS = re.compile(rf'\s*(?:,\s*"{_NAMES}"\s*:|}}\s*\Z)')
+_ENDS_LINE = re.compile(r"\s*}[ \t]*(?:\n|\Z)")
+_ENDS_REPLY = re.compile(r"\s*\Z")
+_STRICT = json.JSONDecoder()
+_LENIENT = json.JSONDecoder(strict=False)  # raw newlines and tabs inside strings
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|u[0-9a-fA-F]{0,3}\Z|\Z|(.))", re.DOTALL)
+_SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_NOTHING = object()  # no value could be read at a member
+TRUNCATED = "truncated JSON closed after its last complete member"
 
 
 def read_reply(text: str | None) -> tuple[str, Any, list[str]]:
@@ -73,93 +92,153 @@ def read_reply(text: str | None) -> tuple[str, Any, list[str]]:
     how: list[str] = []
     body = text.strip()
     fenced = _FENCE.search(body)
-    if fenced is not None and "```" in body:
+    if fenced is not None:
         body, how = fenced.group(1).strip(), ["code fence"]
-    if '"mechanism_of_the_api"' in body:
+    if "mechanism_of_the_api" in body:
         how.append("mechanism field left out")
-    whole = _whole_object(body, how)
-    if whole is not None:
-        return _checked(whole.get("error"), whole.get("response"), how)
-    how.append("members read one by one")  # the whole is no JSON object
-    found: dict[str, Any] = {}
-    for match in _MEMBER.finditer(body):
-        if match.group(1) in found:
-            continue
-        value, note = _value_at(body, match.end())
-        if note is not None:
-            found[match.group(1)] = value
-            if note:
-                how.append(note)
-    if not found:
-        raise BadReply(f"no 'error' or 'response' can be read in the reply: {body[:80]!r}")
+    found = _whole_object(body, how)
+    if found is None:
+        found = _python_literal(body, how)
+    if found is None:
+        found = _members(body, how)
     return _checked(found.get("error"), found.get("response"), how)
 
 
 def _whole_object(body: str, how: list[str]) -> dict | None:
-    """The reply as one JSON object, perhaps followed or preceded by prose; None when it is not."""
-    start = body.find("{")
-    if start < 0:
+    """The reply as one JSON object, perhaps with prose around it; None when it is not.
+
+    Only braces before the first member name can open it: a later one is inside the answer."""
+    first_member = _MEMBER.search(body)
+    limit = first_member.start() if first_member else len(body)
+    for start in [i for i, ch in enumerate(body[:limit]) if ch == "{"][::-1][:20]:  # nearest first
+        for decoder, note in ((_STRICT, ""), (_LENIENT, "raw control characters in strings read")):
+            try:
+                value, end = decoder.raw_decode(body, start)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and {"error", "response"} & value.keys():
+                how.extend([note] if note else [])
+                if body[end:].strip() or body[:start].strip():
+                    how.append("text around the object left out")
+                return value
+            break
+    return None
+
+
+def _python_literal(body: str, how: list[str]) -> dict | None:
+    """A dict written in Python's syntax (single-quoted names, True, None). Only then: Python
+    reads some JSON too, but not the same way (a surrogate pair's escapes stay two halves)."""
+    start, end = body.find("{"), body.rfind("}")
+    if not 0 <= start < end or ("'error'" not in body and "'response'" not in body):
         return None
     try:
-        value, end = json.JSONDecoder().raw_decode(body, start)
-    except ValueError:
+        with warnings.catch_warnings():  # "invalid escape sequence" warnings: the text is the model's
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(body[start:end + 1])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
-    if not isinstance(value, dict) or not ({"error", "response"} & value.keys()):
+    if not isinstance(value, dict) or not {"error", "response"} & value.keys():
         return None
-    if body[end:].strip() or body[:start].strip():
+    how.append("python literal")
+    if body[:start].strip() or body[end + 1:].strip():
         how.append("text around the object left out")
     return value
 
 
-def _value_at(text: str, at: int) -> tuple[Any, str | None]:
-    """The JSON value that starts at ``at``, read leniently: (value, "" when whole, a note on
-    how it was recovered); (None, None) when nothing is there."""
+def _members(body: str, how: list[str]) -> dict[str, Any]:
+    """error and response read one after the other, each as far as it goes; BadReply when
+    neither is there. Each search starts after the value before, so a member name inside a
+    value (the mechanism's prose, an answer's own "error") is never taken for one."""
+    how.append("members read one by one")
+    found: dict[str, Any] = {}
+    at = 0
+    while (match := _MEMBER.search(body, at)) is not None:
+        value, end, notes = _value_at(body, match.end())
+        at = max(end, match.end())
+        if value is not _NOTHING and match.group(1) != "mechanism_of_the_api" and match.group(1) not in found:
+            found[match.group(1)] = value
+            how.extend(notes)
+    if not found:
+        raise BadReply(f"no 'error' or 'response' can be read in the reply: {body[:80]!r}")
+    return found
+
+
+def _value_at(text: str, at: int) -> tuple[Any, int, list[str]]:
+    """The JSON value that starts at ``at``, read leniently: (value, where it ends, notes on
+    how it was recovered); the value is _NOTHING when none can be read there."""
     if at >= len(text):
-        return None, None
+        return _NOTHING, at, []
     if text[at] == '"':
         return _string_at(text, at)
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text, at)
-        return value, ""
-    except ValueError:
-        pass
-    if text[at] in "{[":  # cut off: its complete members kept, the open brackets closed
-        closed = repair_truncated_json(text[at:].rstrip())
+    for decoder in (_STRICT, _LENIENT):
+        try:
+            value, end = decoder.raw_decode(text, at)
+            return value, end, []
+        except ValueError:
+            pass
+    if text[at] in "{[":  # cut off: its complete members kept, its open brackets closed
+        closed = truncated_json_text(text[at:].rstrip())
         if closed is not None:
-            return closed, "truncated value closed after its last complete member"
-        return text[at:].rstrip(), "truncated value kept as text"
-    return None, None
+            return _LENIENT.decode(closed), len(text), [TRUNCATED]
+        return _NOTHING, len(text), []  # not one complete member: nothing honest to keep
+    return _NOTHING, at, []
 
 
-def _string_at(text: str, at: int) -> tuple[str, str]:
-    """A JSON string from its opening quote: whole, or as far as it goes when unclosed."""
-    i, end = at + 1, len(text)
-    while i < end:
-        ch = text[i]
-        if ch == "\\":
+def _string_at(text: str, at: int) -> tuple[Any, int, list[str]]:
+    """A JSON string from its opening quote: whole, with stray unescaped quotes kept, or as
+    far as it goes when the reply stops inside it."""
+    quotes = []
+    i = at + 1
+    while i < len(text):
+        if text[i] == "\\":
             i += 2
             continue
-        if ch == '"':
-            return _unescape(text[at + 1:i]), ""
+        if text[i] == '"':
+            quotes.append(i)
         i += 1
-    raw = text[at + 1:].rstrip()
-    for tail in ('"}', '"\n}', "}"):  # the object's end, with the closing quote lost
-        if raw.endswith(tail):
-            raw = raw[: -len(tail)].rstrip()
-            break
-    return _unescape(raw), "unclosed string"
+    notes: list[str] = []
+    close = None
+    if quotes and _CONTINUES.match(text, quotes[0] + 1):
+        close = quotes[0]
+    elif quotes:  # the first quote is the value's own text: its closing one is further on
+        for ends, order in ((_ENDS, quotes), (_ENDS_LINE, quotes[::-1]), (_ENDS_REPLY, quotes[::-1])):
+            close = next((q for q in order if ends.match(text, q + 1)), None)
+            if close is not None:
+                break
+        if close is not None:
+            notes.append("unescaped quotes kept")
+    if close is not None:
+        return _unescape(text[at + 1:close]), close + 1, notes
+    value = _unescape(text[at + 1:].rstrip())
+    if value[-1:] and "\ud800" <= value[-1] <= "\udbff":  # cut between the halves of a character
+        value = value[:-1]
+    notes.append("unclosed string")
+    if value.lstrip()[:1] in ("{", "["):  # a JSON answer cut off at the token limit
+        closed = truncated_json_text(value.strip())
+        if closed is not None and closed != value.strip():
+            value = closed
+            notes.append(TRUNCATED)
+    return value, len(text), notes
 
 
 def _unescape(raw: str) -> str:
+    """A JSON string's text with its escapes read: the valid ones as JSON reads them, a
+    needless one (``\\'``) as its character, one cut off at the end left out."""
     try:
-        return json.loads(f'"{raw}"')
+        return _LENIENT.decode(f'"{raw}"')
     except ValueError:
-        # A broken escape (cut in the middle, or a raw newline): drop what cannot be read.
-        cleaned = re.sub(r"\\u[0-9a-fA-F]{0,3}$|\\$", "", raw).replace("\n", "\\n").replace("\t", "\\t")
-        try:
-            return json.loads(f'"{cleaned}"')
-        except ValueError:
-            return raw
+        pass
+
+    def one(escape: re.Match) -> str:
+        code, other = escape.groups()
+        if code is not None:
+            return chr(int(code, 16))
+        if other is None:  # a backslash or a \u escape the reply stops in
+            return ""
+        return _SIMPLE_ESCAPES.get(other, other)
+    text = _ESCAPE.sub(one, raw)
+    # \ud83d\ude00 read one by one is two halves of one character: join them.
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _checked(error: Any, response: Any, how: list[str]) -> tuple[str, Any, list[str]]:

@@ -319,6 +319,19 @@ def repair_truncated_json(text: str) -> Any:
         return jsonsafe.loads(text)
     except ValueError:
         pass
+    closed = truncated_json_text(text)
+    return None if closed is None else jsonsafe.loads(closed)
+
+
+def truncated_json_text(text: str) -> str | None:
+    """``text`` cut after its last complete member and its open brackets closed, written as
+    it was written (a simulator model's reply cut at its token limit keeps its own
+    spelling); ``text`` itself when it is valid JSON; None when no member is complete."""
+    try:
+        jsonsafe.loads(text)
+        return text
+    except ValueError:
+        pass
     cuts: list[tuple[int, str]] = []  # (position of a comma, closers needed there)
     stack: list[str] = []
     in_string = escaped = False
@@ -340,7 +353,8 @@ def repair_truncated_json(text: str) -> Any:
             cuts.append((i, "".join(reversed(stack))))
     for pos, closers in reversed(cuts[-200:]):
         try:
-            return jsonsafe.loads(text[:pos] + closers)
+            jsonsafe.loads(text[:pos] + closers)
+            return text[:pos] + closers
         except ValueError:
             continue
     return None

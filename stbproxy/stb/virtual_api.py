@@ -289,6 +289,8 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
             return VirtualReply(200, dict(value), source, provenance=marks)
         return VirtualReply(200, {"error": f"HTTP {response.status}", "response": value}, source, provenance=marks)
     error = answer.meta.get("error", "") if answer.meta else ""
+    if error and isinstance(value, Mapping) and value.keys() == {"error", "response"} and value["error"] == error:
+        return VirtualReply(200, dict(value), source, provenance=marks)  # an answer that is only an error
     if response.status >= 400 and not error:
         error = f"HTTP {response.status}"
     return VirtualReply(200, {"error": error, "response": value}, source, provenance=marks)
