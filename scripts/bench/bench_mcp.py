@@ -23,10 +23,8 @@ Usage: python scripts/bench/bench_mcp.py [--quick] [--requests N] [--repeats R] 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -34,7 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
 from scripts.bench import hitstores  # noqa: E402
-from scripts.bench.hitbench import Matrix, interleaved, stbproxy_subject, verdict  # noqa: E402
+from scripts.bench import paired  # noqa: E402
+from scripts.bench.hitbench import stbproxy_subject  # noqa: E402
 from scripts.common import run_in_workdir  # noqa: E402
 
 TARGET = 2.0  # MCP tools/call hit CPU over /virtual hit CPU
@@ -107,43 +106,12 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
 
     subject = stbproxy_subject("stbproxy", store, confdir=workdir / "certs")
     stack.callback(subject.stop)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
-          f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s); "
-          f"{args.distinct} distinct calls per path")
-    matrix = Matrix()
-    for concurrency, requests, warmup in interleaved(args, warmup_per_connection=4):
-        for path in ("virtual", "mcp"):
-            matrix.run(path, subject, plans[path], concurrency, requests, warmup)
-    top = max(args.concurrency)
-    virtual = matrix.get("virtual", "stbproxy", top, "cpu_ms")
-    mcp = matrix.get("mcp", "stbproxy", top, "cpu_ms")
-    ratios = [m["cpu_ms"] / v["cpu_ms"] for m, v in zip(matrix.runs[("mcp", "stbproxy", top)],
-                                                         matrix.runs[("virtual", "stbproxy", top)])]
-    ratio = sorted(ratios)[len(ratios) // 2]
-    print(f"\nCPU per hit at concurrency {top}: MCP tools/call {mcp:.3f} ms, /virtual {virtual:.3f} ms: {ratio:.2f} "
-          f"(median of the repeats' ratios, {min(ratios):.2f}-{max(ratios):.2f}; target <= {TARGET}: "
-          f"{verdict(ratio <= TARGET)})")
-    if matrix.failures:
-        print("\nFAILED:\n" + "\n".join(f"  {f}" for f in matrix.failures[:20]))
-        return 1
-    print("all answers checked: HTTP 200, X-Stb-Source: cache, the recorded answer with the request's own id")
-    return 0
+    return paired.compare(args, subject, plans, ("mcp", "MCP tools/call"), ("virtual", "/virtual"), TARGET,
+                          "HTTP 200, X-Stb-Source: cache, the recorded answer with the request's own id")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="few requests, one repeat: seconds")
-    parser.add_argument("--requests", type=int, default=None, help="measured requests per run [6000; quick 300]")
-    parser.add_argument("--requests1", type=int, default=None, help="at concurrency 1 [1500; quick 100]")
-    parser.add_argument("--concurrency", default=None, help="comma-separated [1,16; quick 16]")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per path [3; quick 1]")
-    parser.add_argument("--distinct", type=int, default=200, help="distinct calls per path [200]")
-    args = parser.parse_args(argv)
-    quick = args.quick
-    args.requests = args.requests or (300 if quick else 6000)
-    args.requests1 = args.requests1 or (100 if quick else 1500)
-    args.concurrency = [int(c) for c in (args.concurrency or ("16" if quick else "1,16")).split(",")]
-    args.repeats = args.repeats or (1 if quick else 3)
+    args = paired.options(__doc__.split("\n\n", 1)[0], argv)
     return run_in_workdir("bench_mcp", "stbproxy-bench-mcp-", lambda workdir, stack: run(args, workdir, stack))
 
 
