@@ -33,6 +33,16 @@ class OperationDrift:
     first_simulated_problem: str | None = None
     undeclared: set[str] = field(default_factory=set)
 
+    def count(self, origin: str, problem: str | None, stored: bool = True) -> None:
+        """One answer of ``origin`` ("real" or "simulated"), and how it broke the schema if it
+        did; ``stored`` False for a real answer that was logged as invalid instead."""
+        if stored:
+            setattr(self, origin, getattr(self, origin) + 1)
+        if problem is not None:
+            setattr(self, f"{origin}_broken", getattr(self, f"{origin}_broken") + 1)
+            first = f"first_{origin}_problem"
+            setattr(self, first, getattr(self, first) or _short(problem))
+
     @property
     def called(self) -> bool:
         return bool(self.stored or self.invalid_logged)
@@ -92,25 +102,15 @@ def drift_report(catalog: OpenApiCatalog, stored: Iterable[Exchange], logged_inv
         declared = {p.name for p in op.parameters if p.where == "query"}
         row.undeclared |= {k for k, _ in parse_qsl(urlsplit(exchange.request.url).query, keep_blank_values=True)
                            if k not in declared and k not in secret}
-        if exchange.source in REAL:
-            row.real += 1
-            problem = answer_problem(op, exchange.response)
-            if problem is not None:
-                row.real_broken += 1
-                row.first_real_problem = row.first_real_problem or _short(problem)
-        elif exchange.source in MADE_UP:
-            row.simulated += 1
-            problem = answer_problem(op, exchange.response)
-            if problem is not None:
-                row.simulated_broken += 1
-                row.first_simulated_problem = row.first_simulated_problem or _short(problem)
+        origin = "real" if exchange.source in REAL else "simulated" if exchange.source in MADE_UP else None
+        if origin is not None:
+            row.count(origin, answer_problem(op, exchange.response))
     for exchange in logged_invalid:
         row = rows.get(str(exchange.meta.get("operation") or ""))
         if row is None or "drift" not in exchange.meta:
             continue
         row.invalid_logged += 1
-        row.real_broken += 1
-        row.first_real_problem = row.first_real_problem or _short(str(exchange.meta["drift"]))
+        row.count("real", str(exchange.meta["drift"]), stored=False)
     return report
 
 
