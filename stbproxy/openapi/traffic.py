@@ -27,7 +27,6 @@ from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 PREFIX = "openapi/"
-SCHEMA = "schema"  # the --validity choice that makes drift invalid
 
 
 def key_prefix(operation: Operation) -> str:
@@ -68,7 +67,7 @@ class OpenApi(BaseKind):
             return judged._replace(meta=meta)
         meta["drift"] = drift
         verdict = judged.verdict
-        if setting == SCHEMA and verdict.valid:
+        if setting == validity.SCHEMA and verdict.valid:  # --validity schema: drift is invalid
             verdict = Verdict(False, f"schema: {drift}", FailureKind.OTHER)
         return judged._replace(meta=meta, verdict=verdict)
 
