@@ -372,3 +372,28 @@ def test_a_bulk_writer_gathers_small_puts_into_batches_and_writes_the_rest_on_cl
             writer.put([("api/c/t/a/0", b"again")])
         assert writer.added == 7 and bulk.key_count() == 7
         assert bulk.get_many(["api/c/t/a/0", "api/c/t/a/6"]) == [b"v0", b"v6"]
+
+
+def test_a_cluster_node_whose_bus_port_was_taken_starts_on_another_port(tmp_path, monkeypatch):
+    """Between choosing a port and binding it, another process may take the node's bus port
+    (port + 10000): the node is started again on a new port, never reported as broken."""
+    import socket
+
+    from stbproxy.store import redis_process
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    blocked = taken.getsockname()[1] - 10000
+    real_free_port = redis_process.free_port
+    chosen = iter([blocked])
+    monkeypatch.setattr(redis_process, "free_port", lambda cluster=False: next(chosen, None) or real_free_port(
+        cluster=cluster))
+    node = redis_process.RedisProcess(tmp_path / "node", "--cluster-enabled", "yes")
+    assert node.port == blocked
+    try:
+        node.start()
+        assert node.port != blocked and redis_process.answers(node.port)
+    finally:
+        node.stop()
+        taken.close()

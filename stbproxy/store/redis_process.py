@@ -31,10 +31,21 @@ def redis_binary(name: str = "redis-server") -> str:
     return found
 
 
+def _ephemeral_start() -> int:
+    """Where the ports the kernel hands to outgoing connections begin (32768 on Linux)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(*, cluster: bool = False) -> int:
-    """A free loopback port; for a cluster node, one whose bus port (+10000) is free too."""
+    """A free loopback port; for a cluster node, one whose bus port (+10000) is free too,
+    both below the ephemeral range, so that no outgoing connection takes one between this
+    check and the server's bind (a bus port of 39884 once was)."""
+    top = max(_ephemeral_start() - 10000, 10001)
     while True:
-        port = random.randrange(20000, 45000) if cluster else 0
+        port = random.randrange(10000, top) if cluster else 0
         try:
             with socket.socket() as sock, socket.socket() as bus:
                 sock.bind(("127.0.0.1", port))
@@ -56,12 +67,17 @@ def answers(port: int, timeout: float = 0.5) -> bool:
     return reply.startswith((b"+PONG", b"-NOAUTH", b"-WRONGPASS"))
 
 
+class PortTaken(RuntimeError):
+    """The server's port (or its cluster bus port) was taken before it could bind it."""
+
+
 class RedisProcess:
     """One redis-server on 127.0.0.1; ``kill()`` and ``start()`` again keep its port."""
 
     def __init__(self, directory: Path, *args: str, port: int = 0) -> None:
         self.directory = Path(directory)
         self.args = args
+        self._port_given = bool(port)  # a port chosen here may be chosen again
         self.port = port or free_port(cluster="--cluster-enabled" in args)
         self.process: subprocess.Popen | None = None
 
@@ -70,6 +86,17 @@ class RedisProcess:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 15) -> RedisProcess:
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if self._port_given or attempt == 2:
+                    raise
+                self.port = free_port(cluster="--cluster-enabled" in self.args)  # taken meanwhile: another
+                (self.directory / "redis.log").unlink(missing_ok=True)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start(self, timeout: float) -> RedisProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         command = [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no", "--dir", str(self.directory), "--logfile", "redis.log", *self.args]
@@ -80,8 +107,9 @@ class RedisProcess:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 log = self.directory / "redis.log"
-                raise RuntimeError(f"redis-server did not start on port {self.port}:\n"
-                                   + (log.read_text()[-2000:] if log.exists() else ""))
+                text = log.read_text()[-2000:] if log.exists() else ""
+                error = PortTaken if "Address already in use" in text else RuntimeError
+                raise error(f"redis-server did not start on port {self.port}:\n" + text)
             time.sleep(0.02)
         return self
 
