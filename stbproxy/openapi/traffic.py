@@ -195,10 +195,13 @@ def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
         elif p.where == "cookie" and p.name.lower() in cookies and p.name.lower() not in rules.unkeyed_fields:
             headers[f"cookie:{p.name}"] = cookies[p.name.lower()]
     body_kind, body = canonical_body(request.body, request.header("content-type"), rules)
-    args: dict[str, Any] = {**dict(path_args), **dict(query), **{k: v for k, v in headers.items()}}
+    args: dict[str, Any] = {**path_args, **dict(query), **headers}
     if body_kind == "json":
-        value = json.loads(body)
-        args.update(value) if isinstance(value, dict) else args.update(body=value)
+        value = json.loads(body)  # the canonical text: secret and volatile members already out
+        if isinstance(value, dict):
+            args.update(value)
+        else:
+            args["body"] = value
     elif body_kind != "empty":
         args["body"] = body if body_kind == "form" else f"<{body_kind} body>"
     material = [op.id, sorted(path_args.items()), query, sorted(headers.items()), body_kind, body]

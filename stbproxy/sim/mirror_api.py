@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import MAX_REPLY_CHARS, BadReply
-from stbproxy.sim.schema import truncated_json_text
+from stbproxy.sim.schema import truncated_json
 
 USER_MESSAGE = "API doc:\n{api_doc}\n\nRequest:\n{request}"
 SEED = 42  # what StableToolBench's server sends
@@ -177,9 +177,9 @@ def _value_at(text: str, at: int) -> tuple[Any, int, list[str]]:
         except ValueError:
             pass
     if text[at] in "{[":  # cut off: its complete members kept, its open brackets closed
-        closed = truncated_json_text(text[at:].rstrip())
+        closed = truncated_json(text[at:].rstrip())
         if closed is not None:
-            return _LENIENT.decode(closed), len(text), [TRUNCATED]
+            return closed[1], len(text), [TRUNCATED]
         return _NOTHING, len(text), []  # not one complete member: nothing honest to keep
     return _NOTHING, at, []
 
@@ -214,9 +214,9 @@ def _string_at(text: str, at: int) -> tuple[Any, int, list[str]]:
         value = value[:-1]
     notes.append("unclosed string")
     if value.lstrip()[:1] in ("{", "["):  # a JSON answer cut off at the token limit
-        closed = truncated_json_text(value.strip())
-        if closed is not None and closed != value.strip():
-            value = closed
+        closed = truncated_json(value.strip())
+        if closed is not None and closed[0] != value.strip():
+            value = closed[0]
             notes.append(TRUNCATED)
     return value, len(text), notes
 

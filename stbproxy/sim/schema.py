@@ -315,21 +315,17 @@ def repair_truncated_json(text: str) -> Any:
     StableToolBench stores long templates as their first 1,000 characters; cutting at the
     last comma outside a string and closing the open brackets keeps every complete member.
     """
-    try:
-        return jsonsafe.loads(text)
-    except ValueError:
-        pass
-    closed = truncated_json_text(text)
-    return None if closed is None else jsonsafe.loads(closed)
+    found = truncated_json(text)
+    return None if found is None else found[1]
 
 
-def truncated_json_text(text: str) -> str | None:
+def truncated_json(text: str) -> tuple[str, Any] | None:
     """``text`` cut after its last complete member and its open brackets closed, written as
     it was written (a simulator model's reply cut at its token limit keeps its own
-    spelling); ``text`` itself when it is valid JSON; None when no member is complete."""
+    spelling), with its value; ``text`` itself when it is valid JSON; None when no member
+    is complete."""
     try:
-        jsonsafe.loads(text)
-        return text
+        return text, jsonsafe.loads(text)
     except ValueError:
         pass
     cuts: list[tuple[int, str]] = []  # (position of a comma, closers needed there)
@@ -352,9 +348,9 @@ def truncated_json_text(text: str) -> str | None:
         elif ch == "," and stack:
             cuts.append((i, "".join(reversed(stack))))
     for pos, closers in reversed(cuts[-200:]):
+        closed = text[:pos] + closers
         try:
-            jsonsafe.loads(text[:pos] + closers)
-            return text[:pos] + closers
+            return closed, jsonsafe.loads(closed)
         except ValueError:
             continue
     return None
