@@ -195,7 +195,9 @@ def normalize_path(path: str) -> str:
     if _NORMAL_PATH.fullmatch(path) and not _DOT_SEGMENT.search(path):
         return path
     # Decode then re-encode so "%7E", "~" and "%7e" agree; "/" and "%2F" stay distinct.
-    segments = [quote(unquote(seg), safe="!$&'()*+,;=:@~") for seg in path.split("/")]
+    # surrogatepass: a lone surrogate (a byte that was no UTF-8, read back from a cassette)
+    # is escaped like any other character, never an error.
+    segments = [quote(unquote(seg), safe="!$&'()*+,;=:@~", errors="surrogatepass") for seg in path.split("/")]
     normal = posixpath.normpath("/".join(segments) or "/")
     if normal.startswith("//"):  # posixpath keeps a leading double slash; URLs do not need it
         normal = "/" + normal.lstrip("/")

@@ -206,3 +206,10 @@ def test_reordered_json_and_different_secrets_share_a_key(document, secret_a, se
     a = get("http://h/p", JSON, json.dumps(a_doc).encode(), "POST")
     b = get("http://h/p", JSON, json.dumps(b_doc, indent=2).encode(), "POST")
     assert request_key(a) == request_key(b)
+
+
+def test_a_path_with_a_lone_surrogate_still_gets_a_key():
+    """canonical never raises: a cassette can carry a URL whose bytes were no UTF-8."""
+    odd = Request("GET", "http://127.0.0.1:9/a/\udcff")
+    assert keys.request_key(odd) == keys.request_key(Request("GET", "http://127.0.0.1:9/a/\udcff"))
+    assert keys.request_key(odd) != keys.request_key(Request("GET", "http://127.0.0.1:9/a/b"))
