@@ -3,6 +3,10 @@
 virtual (default): store hit -> answer; else upstream: a valid answer is stored and
     returned; an unreachable upstream or an invalid answer goes to the simulator.
 record: always upstream; whatever comes back is stored.
+verify: always upstream, and the stored answer served: the real one is compared with it
+    (forensics/drift.py) and the difference kept in the session's record; the store
+    changes only with ``update`` (a changed answer replaces the stored one, which is kept
+    under log/history/). A call with no stored answer gets the real one.
 replay: store only; a miss answers 404 naming the closest stored request (in the OpenAI
     error shape on an OpenAI-compatible endpoint, so that its client shows why).
 A transport failure is not an answer: in record mode and for passthrough hosts it is
@@ -15,6 +19,9 @@ again, at most once per REFRESH_INTERVAL per key: a valid real answer replaces i
 Hosts marked passthrough are always forwarded and never served from the store; their
 exchanges are logged (redacted) so that a run's record stays complete.
 Identical concurrent misses share one upstream (or simulator) call.
+Sessions may take answers from recorded sessions first (forensics/playback.py: the first K
+calls of a fork, ordered replay), and an agent's own LLM calls are keyed per trial
+(forensics/naming.py).
 
 A write the store refuses is never silent: it is counted (write_failures.py); in record
 mode the client gets 507 instead of an answer that was not recorded, in the other modes
@@ -40,6 +47,9 @@ from stbproxy import keys
 from stbproxy.stb import validity
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.errors import StbError, StoreError, UpstreamError
+from stbproxy.forensics import drift
+from stbproxy.forensics.naming import Fork, SessionRef, session_ref, trial_key
+from stbproxy.forensics.playback import Played, Recordings, SessionPlayback
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import BodyStream, Exchange, Mode, Request, Response, Source, StreamedResponse
@@ -90,6 +100,10 @@ class EngineConfig:
     validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (stb/validity.py)
     refresh_simulated: bool = False  # virtual mode: try the real API again for stored simulated answers
     refresh_interval: float = REFRESH_INTERVAL
+    ordered: bool = False  # a session's n-th identical request gets the n-th answer its namesake recorded
+    fork: Fork | None = None  # every other session starts as a fork of this recorded one
+    update: bool = False  # verify mode: a changed real answer replaces the stored one
+    drift_rules: drift.Rules = drift.Rules()  # verify mode: what differs on every call
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,7 @@ class Answer:
     stored_source: Source | None = None  # a hit: the source of the stored entry
     write_failed: bool = False  # the store refused a write this answer needed
     stream: BodyStream | None = None  # a body still arriving: the response carries only the head
+    note: Mapping = field(default_factory=dict)  # facts for the session's record (drift, fork)
 
 
 class Engine:
@@ -138,13 +153,16 @@ class Engine:
         self._calls: Recent[Call] = Recent(CALL_MEMO_ENTRIES)
         # Hosts whose TLS failure was logged as a warning (bounded: any client names hosts).
         self._warned: Recent[bool] = Recent(WARNED_HOSTS)
+        self.playback = SessionPlayback(Recordings(store, lambda request: self.http_call(request).key),
+                                        ordered=config.ordered and config.mode in (Mode.VIRTUAL, Mode.REPLAY),
+                                        fork=config.fork)
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
         """A request from the HTTP proxy."""
         if self.config.passthrough and self.is_passthrough(request.host):
             call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
-            return await self._run(call, session, self._passthrough)
+            return await self._run(call, self.session_of(session), self._passthrough)
         return await self.answer(self.http_call(request), session)
 
     def http_call(self, request: Request) -> Call:
@@ -158,18 +176,49 @@ class Engine:
         return call
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
-        """The calling rules for one routed call (HTTP proxy and /virtual alike)."""
-        return await self._run(call, session, self._answer_call if call.keep else self._passed_on)
+        """The calling rules for one routed call (HTTP proxy and /virtual alike); ``session``:
+        the session string a request names (forensics/naming.py)."""
+        ref = self.session_of(session)
+        call = self.in_trial(call, ref)
+        if not call.keep:
+            return await self._run(call, ref, self._passed_on)
+        if self.playback.involves(ref):
+            played = self.playback.answer(ref, call.key, call.request)
+            if played is not None:
+                return await self._run(call, ref, lambda _call: _ready(self._played(call, played)))
+            note = self.playback.stop_note(ref)
+            if note:
+                return await self._run(call, ref, self._answer_call, note)
+        return await self._run(call, ref, self._answer_call)
 
-    async def _run(self, call: Call, session: str | None, how: Callable[[Call], Awaitable[Answer]]) -> Answer:
+    def session_of(self, session: str | None) -> SessionRef | None:
+        return session_ref(session) if session else None
+
+    @staticmethod
+    def in_trial(call: Call, ref: SessionRef | None) -> Call:
+        """An agent's own LLM call is keyed per trial (its sampling differs); tool calls are not."""
+        if ref is None or ref.trial is None or call.kind != LlmApi.name:
+            return call
+        return replace(call, key=trial_key(call.key, ref.trial))
+
+    async def _run(self, call: Call, ref: SessionRef | None, how: Callable[[Call], Awaitable[Answer]],
+                   note: Mapping | None = None) -> Answer:
         started = time.perf_counter()
         answer = await how(call)
         served = self.kinds.of(call).served(call, answer.response, answer.source, answer.meta)
         if served is not answer.response:  # the kind shaped it for this request (an MCP id)
             answer = replace(answer, response=served)
-        if session is not None:
-            answer = self._record_session(session, call, answer, time.perf_counter() - started)
+        if note:
+            answer = replace(answer, note={**note, **answer.note})
+        if ref is not None:
+            answer = self._record_session(ref.name, call, answer, time.perf_counter() - started)
         return self._unstored(answer) if answer.write_failed else answer
+
+    def _played(self, call: Call, played: Played) -> Answer:
+        """A recorded answer served again, as a hit on the entry (or copy) that holds it."""
+        stored = played.step.exchange
+        response = marked(stored.response, Source.CACHE, stored.source, stored.meta)
+        return Answer(response, Source.CACHE, call.key, stored.meta, stored.key, stored.source, note=played.record)
 
     def _unstored(self, answer: Answer) -> Answer:
         """An answer the store could not keep: record mode refuses to pass on what it did not
@@ -191,6 +240,8 @@ class Engine:
                 await asyncio.sleep(decision.latency)
             if decision.failed:
                 return self._injected(call, decision)
+        if mode is Mode.VERIFY:
+            return await self._verify(call)
         if mode is not Mode.RECORD:
             hit = self._hit(call.key)
             if hit is None:
@@ -373,6 +424,46 @@ class Engine:
         response = Response(404, (("Content-Type", "application/json"),), body)
         return Answer(marked(response, Source.MISS, Source.MISS), Source.MISS, call.key)
 
+    # verify ---------------------------------------------------------------------------
+    async def _verify(self, call: Call) -> Answer:
+        """Ask the real API, serve the stored answer, and note how the two differ (the
+        module docstring); a call with nothing stored gets the real answer."""
+        stored = self.store.get(call.key) or await self.store.fetch(call.key)
+        kind = self.kinds.of(call)
+        try:
+            response, seconds = await kind.send_upstream(call, self.upstream.send)
+        except UpstreamError as exc:
+            if stored is None:
+                return self._error(call, exc)
+            reason = self._scrub(call, str(exc))
+            return replace(self._cached(call.key, stored), note={"drift": {"verdict": "unreachable", "reason": reason}})
+        judged = kind.judge(call, response, self.config.validity)
+        updatable = self.config.update and judged.verdict.valid and judged.keep
+        if stored is None:
+            answer = (self._keep(call, judged.response, Source.UPSTREAM, call.key, seconds, judged.meta) if updatable
+                      else self._answer(judged.response, Source.UPSTREAM, call.key, judged.meta))
+            return replace(answer, note={"drift": {"verdict": "new", "api": drift_api(call)}})
+        secrets = self._secrets(call)
+        live = redact_response(judged.response, secrets)
+        rules = self.config.drift_rules.for_call((call.host, drift_api(call)))
+        found = drift.compare(stored.response, live, rules, self.config.rules.secret_fields)
+        note = {"verdict": found.verdict, "api": drift_api(call), **scrub_value(found.to_dict(), secrets)}
+        served = self._cached(call.key, stored)
+        if found.changed and updatable:
+            served, note["updated"] = self._update(call, stored, served, judged, seconds)
+        return replace(served, note={"drift": note})
+
+    def _update(self, call: Call, stored: Exchange, served: Answer, judged, seconds: float) -> tuple[Answer, bool]:
+        """Replace a stored answer by a changed real one, the old kept under log/history/;
+        the served answer then points at that copy. False when the store refused."""
+        history = self._log_key("history", call)
+        try:
+            self.store.put(replace(stored, key=history, meta={**stored.meta, "replaced": call.key}))
+            self._save(call, judged.response, call.key, Source.UPSTREAM, seconds, dict(judged.meta))
+        except StoreError:
+            return replace(served, write_failed=True), False
+        return replace(served, record_key=history), True
+
     # passed on ------------------------------------------------------------------------
     async def _passed_on(self, call: Call) -> Answer:
         """A call its kind never keeps (an MCP notification): sent to the real API when
@@ -425,8 +516,11 @@ class Engine:
         url = "" if record_key else redact_url(call.request, self.config.rules)
         origin = answer.stored_source.value if source is Source.CACHE and answer.stored_source else ""
         error = str(answer.meta.get("error_kind", "")) if source is Source.ERROR else ""
+        # An answer kept apart (a copy under log/) names the call it answered, for ordered replay.
+        answered = call.key if record_key and record_key != call.key and call.key else ""
         record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
-                               record_key or "", round(seconds, 6), origin, error, _tool_of(call))
+                               record_key or "", round(seconds, 6), origin, error, _tool_of(call), answered,
+                               dict(answer.note))
         try:
             self.store.append_session(session, record.to_stored())
         except StoreError as exc:
@@ -504,6 +598,16 @@ class Engine:
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {redact_url(request, self.config.rules)}"
+
+
+async def _ready(answer: Answer) -> Answer:
+    return answer
+
+
+def drift_api(call: Call) -> str:
+    """The API a call is counted under in drift reports: its key without the final digest
+    (``api/Category/tool/api``, ``http/host/GET/path``, ``openapi/spec/operation``)."""
+    return call.key.rsplit("/", 1)[0]
 
 
 def _tool_of(call: Call) -> str:

@@ -39,6 +39,7 @@ class Mode(str, enum.Enum):
     VIRTUAL = "virtual"
     RECORD = "record"
     REPLAY = "replay"
+    VERIFY = "verify"  # the real API is asked and compared; the stored answer is served
 
 
 def header_value(headers: Headers, name: str) -> str | None:

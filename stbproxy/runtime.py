@@ -101,6 +101,17 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
     return simulator.build_simulator(config, catalog, store, rules=settings.key_rules()), description
 
 
+def check_fork_source(settings: Settings, store) -> None:
+    """A fork of a session the store does not hold would silently fork nothing."""
+    if settings.fork is None:
+        return
+    source = settings.fork.rpartition("@")[0]
+    if next(iter(store.session_records(source)), None) is None:
+        store.close()
+        raise ConfigError(f"fork {settings.fork}: the store holds no session {source!r} to fork ('stbproxy sessions' "
+                          "lists them)", setting="fork")
+
+
 class Runtime:
     """Owns what must be closed when the proxy stops: the store and the upstream client."""
 
@@ -129,6 +140,7 @@ class Runtime:
                                   "another with --cassette", setting="cassette") from exc
         else:
             self.store = open_store(settings)
+            check_fork_source(settings, self.store)
         try:
             self.upstream = upstream or Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
@@ -186,6 +198,12 @@ class Runtime:
             parts.append(f"MCP /mcp/{name} -> {url}")
         if s.refresh_simulated:
             parts.append("asking real APIs again for simulated answers")
+        if s.mode is Mode.VERIFY:
+            parts.append("serving stored answers, comparing real ones" + (", updating the store" if s.update else ""))
+        if s.fork:
+            parts.append(f"sessions fork {s.fork}")
+        if s.ordered and s.cassette is None:
+            parts.append("ordered playback of each session's namesake")
         if s.faults:
             parts.append(f"FAULTS ON: {'; '.join(s.faults)} (seed {s.fault_seed})")
         return parts

@@ -46,13 +46,14 @@ def default_session_name(now: float | None = None, command: str = "serve") -> st
     return time.strftime(f"{command}-%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
 
 
-def proxy_url(host: str, port: int, session: str | None = None) -> str:
-    """The proxy URL a client is given, naming ``session`` as its (percent-encoded) user.
+def proxy_url(host: str, port: int, session: str | None = None, params: str = "") -> str:
+    """The proxy URL a client is given, naming ``session`` as its (percent-encoded) user,
+    followed by ``params`` as they are (``;trial=2``: forensics/naming.py).
 
     "NAME:@" rather than "NAME@": Python's requests sends the proxy URL's user on plain HTTP
     requests only when a password part is present (HTTPS tunnels send it either way).
     """
-    user = f"{quote(session, safe='')}:@" if session else ""
+    user = f"{quote(session, safe='')}{params}:@" if session else ""
     host = f"[{host}]" if ":" in host else host
     return f"http://{user}{host}:{port}"
 
@@ -92,10 +93,15 @@ def header_text(value: str) -> str:
         return raw.decode("latin-1")
 
 
-def session_from_headers(headers: Headers) -> str | None:
-    """The session a request names itself, header first, then the proxy URL's user."""
+def naming_text(headers: Headers) -> str | None:
+    """How a request names its session, as sent: the header first, then the proxy URL's user."""
     named = header_value(headers, SESSION_HEADER)
-    named = header_text(named) if named else proxy_user(headers)
+    return header_text(named) if named else proxy_user(headers)
+
+
+def session_from_headers(headers: Headers) -> str | None:
+    """The session a request names itself (its name alone, made safe)."""
+    named = naming_text(headers)
     return safe_session_name(named) if named else None
 
 
@@ -114,6 +120,8 @@ class SessionRecord:
     origin: str = ""  # a hit: the origin of the stored answer served (upstream, simulated, ...)
     error: str = ""  # source "error": what failed (unreachable, timeout, tls, ...)
     tool: str = ""  # an MCP tool call: "<server>/<tool>", whatever answered it (for counts by server and tool)
+    call: str = ""  # the call's key, when ``key`` names a copy kept apart (log/...) rather than its entry
+    facts: dict = field(default_factory=dict)  # run forensics: drift (verify mode), fork, ordered playback
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,12 +140,15 @@ class SessionRecord:
             stored["error"] = self.error
         if self.tool:
             stored["tool"] = self.tool
+        if self.call:
+            stored["call"] = self.call
+        stored.update(self.facts)
         return stored
 
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
         """A record from its dict; the fields added later (origin, error, tool) may be absent."""
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data and name != "facts"})
 
 
 def expand_record(stored: dict, seq: int) -> dict:
@@ -155,6 +166,7 @@ class SessionTally:
     hits_by_origin: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # (kind, host) -> calls
     tools: Counter = field(default_factory=Counter)  # (MCP server, tool, source) -> calls
+    fork: dict | None = None  # a fork's source, step count, calls replayed and why it stopped early
     first: float | None = None
     last: float | None = None
 
@@ -168,10 +180,22 @@ class SessionTally:
         if record.get("tool"):
             server, _, tool = record["tool"].rpartition("/")
             self.tools[(server, tool, source)] += 1
+        self._add_fork(record)
         moment = record.get("time")
         if moment is not None:
             self.first = moment if self.first is None else min(self.first, moment)
             self.last = moment if self.last is None else max(self.last, moment)
+
+    def _add_fork(self, record: dict) -> None:
+        started = record.get("fork")
+        if isinstance(started, dict) and self.fork is None:
+            self.fork = {"from": started.get("from"), "at": started.get("at"), "replayed": 0, "stopped": None}
+        if self.fork is None:
+            return
+        if record.get("forked"):
+            self.fork["replayed"] += 1
+        if record.get("fork_stopped"):
+            self.fork["stopped"] = record["fork_stopped"]
 
     @property
     def calls(self) -> int:

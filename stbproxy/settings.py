@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
+from stbproxy.forensics import drift
+from stbproxy.forensics.naming import parse_fork
 from stbproxy.sim.faults import FaultPlan
 from stbproxy.keys import KeyRules
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
@@ -56,7 +58,11 @@ class Settings:
     mcp: tuple[str, ...] = ()  # NAME=URL: MCP servers answered at the proxy's own /mcp/NAME
     session: str | None = None  # for requests that name none; None: one per run
     cassette: Path | None = None  # replay this cassette instead of the store
-    ordered: bool = False  # cassette replay: the n-th request with a key gets the n-th answer
+    ordered: bool = False  # the n-th request with a key gets the n-th answer (of the cassette, or of the session's namesake)
+    fork: str | None = None  # SESSION@K: every other session starts as a fork of this recorded one
+    update: bool = False  # verify mode: a changed real answer replaces the stored one
+    drift_ignore: tuple[str, ...] = ()  # verify mode: rules for what differs on every call
+    drift_defaults: bool = True  # verify mode: the default rules (timestamps, request ids) too
     report: Path | None = None  # cassette replay: where to write the playback report (JSON)
     allow_empty: bool = False  # replay: start even when the store holds nothing to replay
     rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
@@ -119,9 +125,32 @@ class Settings:
             if self.cassette is not None:
                 raise ConfigError("a cassette is replayed on its own: leave out the shared tier with a cassette",
                                   setting="shared")
+        self._check_forensics()
         if self.session is not None and safe_session_name(self.session) != self.session:
             raise ConfigError(f"session name {self.session!r} must use only letters, digits, '.', '_' and '-'",
                               setting="session")
+
+    def _check_forensics(self) -> None:
+        """Options of run forensics that would silently do nothing are refused."""
+        verify = self.mode is Mode.VERIFY
+        if self.update and not verify:
+            raise ConfigError("updating the store from the real APIs needs mode verify", setting="update")
+        if self.drift_ignore and not verify:
+            raise ConfigError("drift rules apply in mode verify only", setting="drift_ignore")
+        try:
+            self.drift_rules()  # a malformed rule is refused at start, naming it
+        except ConfigError as exc:
+            raise ConfigError(str(exc), setting="drift_ignore") from exc
+        if self.ordered and verify:
+            raise ConfigError("mode verify asks the real API for every call: it plays nothing in order",
+                              setting="ordered")
+        if self.fork is not None:
+            parse_fork(self.fork)
+            if self.cassette is not None:
+                raise ConfigError("a fork plays a session of the store; a cassette holds none", setting="fork")
+
+    def drift_rules(self) -> drift.Rules:
+        return drift.Rules.build(self.drift_ignore, defaults=self.drift_defaults)
 
     def mcp_servers(self) -> dict[str, str]:
         """``--mcp`` as {name: URL}."""
@@ -154,6 +183,10 @@ class Settings:
             max_body_bytes=self.max_body_bytes,
             validity=self.validity,
             refresh_simulated=self.refresh_simulated,
+            ordered=self.ordered and self.cassette is None,  # a cassette plays in order itself
+            fork=parse_fork(self.fork) if self.fork else None,
+            update=self.update,
+            drift_rules=self.drift_rules(),
         )
 
     def upstream_config(self) -> UpstreamConfig:

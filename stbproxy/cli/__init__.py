@@ -2,7 +2,8 @@
 
 The click group lives here; its commands live in modules by theme: serving.py (serve,
 env), mcp_stdio.py (mcp-stdio: a stdio MCP server behind the proxy), store_care.py (stats, sessions, forget), transfer.py (export, import), openapi.py
-(import openapi, check), shared_tier.py
+(import openapi, check), forensics.py (run: an agent command once per trial; drift),
+shared_tier.py
 (sync, and the --shared option of the others), stability.py (``eval stability``, attached to
 the evaluation package's group); common.py holds what they share. Every option can also be set from the environment:
 ``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
@@ -17,6 +18,7 @@ import click
 
 from stbproxy import __version__
 from stbproxy.cli.common import OneLineErrors, expose_envvars
+from stbproxy.cli.forensics import drift, run
 from stbproxy.cli.mcp_stdio import mcp_stdio
 from stbproxy.cli.openapi import check, import_openapi
 from stbproxy.cli.serving import env, serve
@@ -81,7 +83,7 @@ def _sessions_as_answers(group: click.Group) -> None:
 
 
 import_group.add_command(import_openapi)
-for command in (serve, env, mcp_stdio, stats, sessions, forget, export, import_group, sync, check):
+for command in (serve, env, run, mcp_stdio, stats, sessions, forget, export, import_group, sync, check, drift):
     main.add_command(command)
 expose_envvars(main, "STBPROXY")
 

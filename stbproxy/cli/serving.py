@@ -22,7 +22,8 @@ from stbproxy.models import Mode
 @click.command()
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None, show_default="virtual; replay with --cassette",
               help="virtual: store, else the real API, else the simulator; record: always the real API, "
-                   "storing what comes back; replay: the store only, never the network.")
+                   "storing what comes back; replay: the store only, never the network; verify: always the "
+                   "real API, compared with the stored answer, which is what the client gets ('stbproxy drift').")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. A non-loopback address needs --proxy-auth.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
@@ -79,7 +80,21 @@ from stbproxy.models import Mode
 @click.option("--cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Replay this vcrpy cassette (YAML or JSON) instead of the store, which stays untouched.")
 @click.option("--ordered", is_flag=True,
-              help="With --cassette: the n-th request with the same key gets the n-th recorded answer.")
+              help="The n-th request with the same key gets the n-th recorded answer: of the --cassette, or of "
+                   "the store's session of the same name (past its end: the last one), so polling replays "
+                   "as recorded.")
+@click.option("--fork", default=None, metavar="SESSION@K",
+              help="Every other session starts as a fork of the recorded SESSION: its first K calls are "
+                   "answered from it in order, then the mode decides (per session: X-Stb-Fork header, or "
+                   "';fork=SESSION@K' after the session's name).")
+@click.option("--update", is_flag=True,
+              help="With --mode verify: a real answer that changed replaces the stored one (the old one is "
+                   "kept as history).")
+@click.option("--drift-ignore", multiple=True, metavar="RULE",
+              help="With --mode verify: what differs on every call and is no drift: path:GLOB (a JSON pointer "
+                   "glob), value:REGEX, optionally after '@HOST_OR_API_GLOB '. Repeatable.")
+@click.option("--drift-defaults/--no-drift-defaults", default=True, show_default=True,
+              help="With --mode verify: also ignore the usual timestamp and request-id members.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
 @click.option("--allow-empty", is_flag=True,
@@ -149,7 +164,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, max_request_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
-          ordered, report, allow_empty, validity, refresh_simulated,
+          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, workers, fast_lane,
           verbose, shared):
@@ -201,6 +216,10 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_session": session,
         "stb_cassette": str(cassette) if cassette else None,
         "stb_ordered": ordered,
+        "stb_fork": fork,
+        "stb_update": update,
+        "stb_drift_ignore": list(drift_ignore),
+        "stb_drift_defaults": drift_defaults,
         "stb_report": str(report) if report else None,
         "stb_allow_empty": allow_empty,
         "stb_validity": validity,
@@ -318,6 +337,13 @@ def env(host, port, confdir, session):
     STBPROXY_CONFDIR); it and the bundle are created or refreshed first, so the paths are
     valid. NO_PROXY is left as it is: hosts it names skip the proxy and are not recorded.
     """
+    for name, value in client_env(host, port, confdir, session).items():
+        click.echo(f"export {name}={shlex.quote(value)}")
+
+
+def client_env(host: str, port: int, confdir: Path | None, session: str | None, params: str = "") -> dict[str, str]:
+    """The variables that point a client at the proxy (see ``env``); fails with one line
+    when the CA or its bundle cannot be written."""
     from stbproxy import mitm
     from stbproxy.sessions import proxy_url
     from stbproxy.trust_bundle import write_client_bundle
@@ -331,11 +357,9 @@ def env(host, port, confdir, session):
     except OSError as exc:
         fail(f"cannot write the CA bundle in {ca.parent}: {exc.strerror or exc}; choose a folder you can "
              "write to with --confdir or STBPROXY_CONFDIR")
-    proxy = proxy_url(host, port, session)
-    lines = {
+    proxy = proxy_url(host, port, session, params)
+    return {
         "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
         "REQUESTS_CA_BUNDLE": str(bundle), "SSL_CERT_FILE": str(bundle), "CURL_CA_BUNDLE": str(bundle),
         "NODE_EXTRA_CA_CERTS": str(ca),
     }
-    for name, value in lines.items():
-        click.echo(f"export {name}={shlex.quote(value)}")

@@ -207,6 +207,10 @@ def sessions(store, as_json, shared):
         origins = ", ".join(f"{origin} {n}" for origin, n in row["hits_by_origin"].items()) or "-"
         click.echo(f"{row['name']:<{width}}  {row['calls']:>6}  {counts}  {rate:>8}  {origins}")
     for row in rows:
+        fork = row["fork"]
+        if fork:
+            stopped = f"; stopped early at {fork['stopped']}" if fork["stopped"] else ""
+            click.echo(f"  {row['name']}: fork of {fork['from']}@{fork['at']}, {fork['replayed']} calls replayed{stopped}")
         for tool in row["mcp_tools"]:
             sources = ", ".join(f"{source} {n}" for source, n in sorted(tool["by_source"].items()))
             click.echo(f"  {row['name']}: MCP {tool['server']} {tool['tool']}: {tool['calls']} calls ({sources})")
@@ -221,7 +225,7 @@ def _session_summary(name: str, records) -> dict:
     return {"name": name, "calls": tally.calls, "by_source": dict(tally.by_source),
             "hits_by_origin": dict(tally.hits_by_origin.most_common()),
             "passthrough": tally.by_source.get("passthrough", 0), "hit_rate": tally.hit_rate,
-            "mcp_tools": _tools_rows(tally.tools), "first": tally.first, "last": tally.last}
+            "mcp_tools": _tools_rows(tally.tools), "fork": tally.fork, "first": tally.first, "last": tally.last}
 
 
 # -- forget ---------------------------------------------------------------------------------

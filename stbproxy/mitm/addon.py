@@ -28,7 +28,8 @@ from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_res
 from stbproxy.models import Request, Source
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
-from stbproxy.sessions import SESSION_HEADER, proxy_user, session_from_headers
+from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, session_spec
+from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
 from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
@@ -36,7 +37,7 @@ from stbproxy.store.embedded import default_store_path
 
 log = logging.getLogger("stbproxy")
 
-SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+NAMING_HEADERS = frozenset(name.lower() for name in (SESSION_HEADER, TRIAL_HEADER, FORK_HEADER))
 RELAYED = "stb_relayed"  # flow.metadata: the flow fetches its streamed answer from the relay
 PROXY_AUTHORIZATION = "proxy-authorization"
 
@@ -59,7 +60,7 @@ class StbAddon:
         self.relay = Relay()  # streamed answers for flows mitmproxy serves itself
 
     def load(self, loader) -> None:
-        loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it) or replay (store only).")
+        loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it), replay (store only) or verify (always upstream, compared with the stored answer, which is served).")
         loader.add_option("stb_store", str, "", "Store directory (default: $STBPROXY_STORE or ./.stbproxy/store).")
         loader.add_option("stb_passthrough", Sequence[str], [], "Host globs always forwarded and never answered from the store (still logged, redacted).")
         loader.add_option("stb_secret_fields", Sequence[str], [], "Extra query/body field names that are secret: redacted and never part of a key.")
@@ -74,7 +75,11 @@ class StbAddon:
         loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
         loader.add_option("stb_session", Optional[str], None, "Session for requests that name none (default: one per run, serve-<time>).")
         loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
-        loader.add_option("stb_ordered", bool, False, "Cassette replay: the n-th matching request gets the n-th recorded answer.")
+        loader.add_option("stb_ordered", bool, False, "The n-th identical request gets the n-th recorded answer: of the cassette, or (store) of the session of the same name.")
+        loader.add_option("stb_fork", Optional[str], None, "SESSION@K: every other session starts as a fork of that recorded session, its first K calls answered from it in order.")
+        loader.add_option("stb_update", bool, False, "Mode verify: a real answer that changed replaces the stored one (the old kept as history).")
+        loader.add_option("stb_drift_ignore", Sequence[str], [], "Mode verify: what differs on every call, e.g. path:*/etag, value:REGEX, '@api.example.com path:/meta/*'.")
+        loader.add_option("stb_drift_defaults", bool, True, "Mode verify: ignore the usual timestamp and request-id members too.")
         loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
         loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
         loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first), or schema (auto, and an OpenAPI operation's answer that breaks its documented schema is invalid).")
@@ -160,9 +165,10 @@ class StbAddon:
         if flow.response is not None:
             return
         # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
-        name = session_from_headers(header_items(flow))
-        if name:
-            self._tunnel_sessions[flow.client_conn.id] = name
+        headers = header_items(flow)
+        spec = session_spec(naming_text(headers), headers)
+        if spec:
+            self._tunnel_sessions[flow.client_conn.id] = spec
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         watched = self.watched(flow.client_conn)
@@ -190,17 +196,20 @@ class StbAddon:
         self._tunnel_sessions.pop(client.id, None)
 
     def session_for(self, flow: http.HTTPFlow) -> tuple[str, tuple[tuple[str, str], ...]]:
-        """The request's session, and its header fields without the naming ones, which are
-        removed from the flow so that they never travel on."""
+        """The request's session string (its name, trial and fork: forensics/naming.py), and
+        its header fields without the naming ones, which are removed from the flow so that
+        they never travel on."""
         headers = header_items(flow)
-        name = session_from_headers(headers)
+        spec = session_spec(naming_text(headers), headers)
         names = {key.lower() for key, _ in headers}
-        if SESSION_HEADER_LOWER in names or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None):
-            flow.request.headers.pop(SESSION_HEADER, None)
+        if names & NAMING_HEADERS or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None):
+            for name in (SESSION_HEADER, TRIAL_HEADER, FORK_HEADER):
+                flow.request.headers.pop(name, None)
             if proxy_user(headers) is not None:
                 flow.request.headers.pop("Proxy-Authorization", None)
             headers = header_items(flow)
-        return name or self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session, headers
+        fallback = self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
+        return completed(spec, fallback), headers
 
     async def request(self, flow: http.HTTPFlow) -> None:
         watched = self.watched(flow.client_conn)
@@ -278,7 +287,7 @@ class StbAddon:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             if named_session:
-                session, headers = named_session, header_items(flow)
+                session, headers = completed(named_session, self.open_runtime().session), header_items(flow)
             else:
                 session, headers = self.session_for(flow)
             try:
@@ -428,6 +437,10 @@ def settings_from_options(opts) -> Settings:
         session=opts.stb_session,
         cassette=Path(opts.stb_cassette) if opts.stb_cassette else None,
         ordered=opts.stb_ordered,
+        fork=opts.stb_fork,
+        update=opts.stb_update,
+        drift_ignore=tuple(opts.stb_drift_ignore),
+        drift_defaults=opts.stb_drift_defaults,
         report=Path(opts.stb_report) if opts.stb_report else None,
         allow_empty=opts.stb_allow_empty,
         simulator=opts.stb_simulator,

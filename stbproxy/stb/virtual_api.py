@@ -32,7 +32,7 @@ from stbproxy.stb.bodies import body_value
 from stbproxy.stb.api_requests import api_request, is_rapidapi_url, stored_request, toolbench_request
 from stbproxy.stb.traffic import NAME as STABLETOOLBENCH
 from stbproxy.traffic.seam import Call
-from stbproxy.sessions import safe_session_name
+from stbproxy.forensics.naming import session_spec
 
 CHAT_WITH_USER = "chat_with_user"
 _TEXT_FIELDS = ("category", "tool_name", "api_name")
@@ -137,7 +137,7 @@ def own_virtual_path(path: str) -> tuple[bool, str | None]:
     if path.startswith(SESSION_PREFIX) and path.endswith(VIRTUAL_PATH):
         name = path[len(SESSION_PREFIX):-len(VIRTUAL_PATH)]
         if name and "/" not in name:
-            return True, safe_session_name(unquote(name))
+            return True, session_spec(unquote(name))
     return False, None
 
 

@@ -131,6 +131,10 @@ class TieredStore:
         self.local.delete(key)
         self.shared.delete(key)
 
+    def session_records(self, name: str) -> Iterator[dict]:
+        """A session's records as this proxy wrote them (a fork or ordered replay reads them)."""
+        return self.local.session_records(name)
+
     def append_session(self, name: str, record: dict) -> int:
         seq = self.local.append_session(name, record)
         self.shared.append_session(name, json.dumps({**record, "seq": seq}).encode())

@@ -80,8 +80,9 @@ class ReaderEngine(Engine):
     def __init__(self, store: ReaderStore, upstream, config, *, link: LinkClient, **parts) -> None:
         super().__init__(store, upstream, config, **parts)
         self.link = link
-        # Record mode never reads the store and faults decide before it: the primary decides all.
-        self.local_hits = config.mode is not Mode.RECORD and not self.faults
+        # Record and verify modes ask the real API every time, and faults decide before the
+        # store: the primary decides all.
+        self.local_hits = config.mode in (Mode.VIRTUAL, Mode.REPLAY) and not self.faults
 
     async def handle(self, request: Request, session: str | None = None) -> Answer:
         if self.config.passthrough and self.is_passthrough(request.host):
@@ -89,12 +90,16 @@ class ReaderEngine(Engine):
         return await self.answer(self.http_call(request), session)
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
+        ref = self.session_of(session)
+        call = self.in_trial(call, ref)
         if call.streams:  # a server's event stream cannot cross the link: carried from here, never stored
-            return await self._run(call, session, self._passed_on)
-        if self.local_hits:
+            return await self._run(call, ref, self._passed_on)
+        # A session answered from a recording (a fork, ordered replay) keeps its place in one
+        # process: the primary's.
+        if self.local_hits and not self.playback.involves(ref):
             hit = self._hit(call.key)
             if hit is not None and not self.refreshes(hit):
-                return await self._run(call, session, lambda _call: _ready(hit))
+                return await self._run(call, ref, lambda _call: _ready(hit))
         return await self._forwarded(self.link.answer(call, session))
 
     async def _forwarded(self, asked) -> Answer:
