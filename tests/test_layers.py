@@ -21,7 +21,7 @@ LAYERS = {
     "front": 4, "front.limits": 2, "front.auth_throttle": 2, "front.destinations": 3,
     "workers": 4, "workers.pool": 5,
     "stb": 2, "stb.cache_import": 3, "stb.cache_placement": 3, "stb.virtual_api": 4, "stb.stability": 5,
-    "cassettes": 2, "cassettes.store": 3, "cassettes.conversations": 4, "cassettes.inprocess": 5,
+    "cassettes": 2, "cassettes.store": 3, "forensics": 2, "cassettes.conversations": 4, "cassettes.inprocess": 5,
 }
 OWNERS = {"rocksdict": "store", "openai": "sim", "mitmproxy": "mitm", "click": "cli", "httpx": "upstream",
           "requests_mock": "cassettes", "redis": "store", "ahocorasick_rs": "stb", "vcr": "cassettes",
