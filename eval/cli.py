@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -16,16 +18,16 @@ from typing import Any, Callable
 
 import click
 
-from . import calls, calls_report, report
+from . import calls, calls_report, report, trials
 from .answers import GROUP_RE, Answer, Problem, load_ids, to_converted
 from .errors import EvalError, JudgeFatalError
 from .judge import DEFAULT_MODEL, Judge, JudgeSettings
 from .judgelog import LOG_NAME, JudgeLog
-from .passrate import MISSING_POLICIES, pass_rate
+from .passrate import MISSING_POLICIES, pass_rate, pass_rate_trials
 from .prompts import Prompts, load_template
 from .runner import DEFAULT_CONCURRENCY, Progress
 from .solvable import load_tasks, solvable, write_ids
-from .sources import load_queries, load_source
+from .sources import expand_sources, load_queries, load_source
 from .winrate import win_rate
 
 MAX_WARNINGS = 40  # printed; all of them are kept in summary.json
@@ -161,6 +163,14 @@ def _method_name(source: str | Path) -> str:
     return name or "answers"
 
 
+def _trials_name(sources: tuple[str, ...]) -> str:
+    """A method name for several trial sources: what their names share, less a trial
+    suffix (``agent.t1`` and ``agent.t2`` give ``agent``), else the first one's name."""
+    names = [_method_name(source) for source in sources]
+    shared = os.path.commonprefix(names)
+    return re.sub(r"(?:[._-](?:t|trial|run))?[._-]*$", "", shared, flags=re.I) or names[0]
+
+
 def _run(out: Path, opts: dict[str, Any], model: str, label: str, body: Callable[[Judge, _Bar, _Warnings], Any]) -> Any:
     out.mkdir(parents=True, exist_ok=True)
     judge = _make_judge(out, opts, model)
@@ -186,6 +196,12 @@ Example:
   stbproxy eval pass-rate --answers converted/chatgpt_cot \\
       --ids solvable_queries/test_query_ids --out runs/cot --rounds 3 \\
       --judge-model gpt-4-turbo
+
+\b
+Repeated trials (pass@k and pass^k), one --answers per trial:
+  stbproxy eval pass-rate --answers runs/agent/trial1 \\
+      --answers runs/agent/trial2 --answers runs/agent/trial3 \\
+      --ids solvable_queries/test_query_ids --out runs/agent_trials
 """
 
 WIN_RATE_EXAMPLE = """\b
@@ -230,7 +246,10 @@ def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...]) -> l
 
 
 @eval_group.command("pass-rate", epilog=PASS_RATE_EXAMPLE)
-@click.option("--answers", required=True, help="Converted answers, raw ToolBench answers or cassettes" + _SOURCE_HELP)
+@click.option("--answers", required=True, multiple=True,
+              help="Converted answers, raw ToolBench answers or cassettes" + _SOURCE_HELP.rstrip(".")
+                   + ". Repeat it for repeated trials, one per trial (or name a run that stands for its "
+                     "trials): adds pass@k and pass^k.")
 @_queries_option
 @click.option("--ids", required=True, type=click.Path(exists=True, path_type=Path),
               help="Solvable ids: a {qid: 0} file per group, or their folder.")
@@ -241,15 +260,22 @@ def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...]) -> l
               help="A query without a usable answer: count as Unsolved, or skip it (the original).")
 @click.option("--method", default=None, help="Name of the method in tables [default: from --answers].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
-@click.option("--chart/--no-chart", default=True, show_default=True, help="Write sopr.png into --out.")
+@click.option("--chart/--no-chart", default=True, show_default=True,
+              help="Write sopr.png (and pass_k.png for repeated trials) into --out.")
 @_judge_options()
 @_handle_errors
-def pass_rate_cmd(answers: str, queries: tuple[Path, ...], ids: Path, out: Path, rounds: int, missing: str,
-                  method: str | None, seed: int, chart: bool, **opts: Any) -> None:
-    """Solvable pass rate of one method, per group, mean±std over rounds."""
+def pass_rate_cmd(answers: tuple[str, ...], queries: tuple[Path, ...], ids: Path, out: Path, rounds: int,
+                  missing: str, method: str | None, seed: int, chart: bool, **opts: Any) -> None:
+    """Solvable pass rate of one method, per group, mean±std over rounds; with several
+    trials, also pass@k and pass^k."""
     id_groups = load_ids(ids)
-    [loaded] = _load_sources([answers], seed, queries)
-    name = method or _method_name(answers)
+    sources = expand_sources(answers)
+    if len(sources) > 1:
+        name = method or (_method_name(answers[0]) if len(answers) == 1 else _trials_name(answers))
+        _pass_rate_trials(sources, queries, id_groups, out, rounds, missing, name, seed, chart, opts)
+        return
+    [loaded] = _load_sources(sources, seed, queries)
+    name = method or _method_name(answers[0])
 
     def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
         result = pass_rate(loaded, id_groups, judge, method=name, rounds=rounds, missing=missing, warn=warn,
@@ -260,6 +286,30 @@ def pass_rate_cmd(answers: str, queries: tuple[Path, ...], ids: Path, out: Path,
         report.write_pass_rate_details(out, result)
         if chart:
             report.bar_chart([summary], out / "sopr.png", title=f"SoPR of {name}")
+        click.echo(text, nl=False)
+        return summary
+
+    _run(out, opts, opts["judge_model"], "judging", body)
+
+
+def _pass_rate_trials(sources: list[str], queries: tuple[Path, ...], id_groups: dict[str, list[str]], out: Path,
+                      rounds: int, missing: str, name: str, seed: int, chart: bool, opts: dict[str, Any]) -> None:
+    """pass-rate over several trials: each judged alike, then SoPR per trial and across
+    them, pass@k and pass^k."""
+    loaded = _load_sources(sources, seed, queries)
+
+    def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
+        runs = pass_rate_trials(loaded, id_groups, judge, method=name, rounds=rounds, missing=missing, warn=warn,
+                                concurrency=opts["concurrency"], progress=bar)
+        bar.close()
+        result = trials.repeated(runs, sources, warn=warn)
+        summary = report.trials_summary(result, _judge_info(judge))
+        text = report.write_run(out, summary)
+        report.write_trials_details(out, result)
+        if chart:
+            report.bar_chart([summary], out / "sopr.png", title=f"SoPR of {name} (mean±std over {len(runs)} trials)")
+            if result.scores[trials.OVERALL]:
+                report.pass_k_chart(summary, out / "pass_k.png", title=f"pass@k and pass^k of {name}")
         click.echo(text, nl=False)
         return summary
 

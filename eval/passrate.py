@@ -218,15 +218,40 @@ def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> t
 
 def pass_rate(answers: AnswerSet, ids: dict[str, list[str]], judge: Judge, *, method: str, rounds: int = 3,
               missing: str = "unsolved", warn: Callable[[str], None] = lambda _m: None,
-              concurrency: int = DEFAULT_CONCURRENCY, progress: Progress | None = None) -> PassRate:
+              concurrency: int = DEFAULT_CONCURRENCY, progress: Progress | None = None,
+              progress_started: bool = False) -> PassRate:
     """SoPR of one method over the groups of ``ids``."""
     check_options(rounds, missing)
     notes = Notes(warn)
     outcomes = collect(answers, ids, judge, rounds=rounds, warn=notes, concurrency=concurrency, progress=progress,
-                       detail=notes.record)
+                       progress_started=progress_started, detail=notes.record)
     outcomes = answered_groups(outcomes, missing, notes)
     groups, average = score(outcomes, rounds=rounds, missing=missing)
     return PassRate(method, rounds, missing, groups, average, outcomes, notes.messages)
+
+
+def pass_rate_trials(trials: list[AnswerSet], ids: dict[str, list[str]], judge: Judge, *, method: str,
+                     rounds: int = 3, missing: str = "unsolved", warn: Callable[[str], None] = lambda _m: None,
+                     concurrency: int = DEFAULT_CONCURRENCY, progress: Progress | None = None) -> list[PassRate]:
+    """One pass-rate run per trial (the same answers judged again the same way), in order.
+
+    The judge and its log are shared: a judgment of an answer that is identical in two
+    trials is made once. Warnings name their trial."""
+    check_options(rounds, missing)
+    progress = progress or Progress()
+    quiet: Callable[[str], None] = lambda _m: None
+    progress.start(rounds * sum(o.judged for answers in trials
+                                for rows in plan(answers, ids, rounds=rounds, warn=quiet).values() for o in rows))
+    runs = []
+    for i, answers in enumerate(trials, 1):
+        def note(message: str, i: int = i) -> None:
+            warn(f"trial {i}: {message}")
+        try:
+            runs.append(pass_rate(answers, ids, judge, method=method, rounds=rounds, missing=missing, warn=note,
+                                  concurrency=concurrency, progress=progress, progress_started=True))
+        except InputError as exc:
+            raise InputError(f"trial {i}: {exc}") from exc
+    return runs
 
 
 def answered_groups(outcomes: dict[str, list[Outcome]], missing: str,

@@ -4,7 +4,9 @@ Tables put groups as columns in the paper's order with the average last, each ce
 ``mean±std`` with one decimal. A run folder holds ``summary.json`` (everything a later
 ``report`` needs), ``table.md`` / ``table.csv`` (the table), ``scores.csv`` (one row per
 group with the label counts) and ``details/`` (per-query files whose content matches
-the original evaluator's outputs, plus the reasons).
+the original evaluator's outputs, plus the reasons). A pass-rate run of repeated trials
+adds pass@k and pass^k: a ``trials`` object in the summary, a table, ``details/trials.csv``
+and a ``pass_k.png`` line chart.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .model import main_path
 from .errors import InputError
 from .passrate import AVERAGE, PassRate
 from .solvable import Solvable
+from .trials import OVERALL, PASSED, Trials, left_out_why
 from .winrate import WinRate
 
 PAPER_GROUPS = ("G1_instruction", "G1_category", "G1_tool", "G2_instruction", "G2_category", "G3_instruction")
@@ -56,7 +59,7 @@ def to_csv(header: list[str], rows: list[list[Any]]) -> str:
 
 # --- summaries ------------------------------------------------------------------------
 
-def pass_rate_summary(result: PassRate, judge: dict[str, Any]) -> dict[str, Any]:
+def pass_rate_summary(result: PassRate | Trials, judge: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "pass_rate",
         "method": result.method,
@@ -67,6 +70,31 @@ def pass_rate_summary(result: PassRate, judge: dict[str, Any]) -> dict[str, Any]
         "judge": judge,
         "problems": result.problems,
     }
+
+
+def trials_summary(result: Trials, judge: dict[str, Any]) -> dict[str, Any]:
+    """A pass-rate summary whose SoPR is over trials, with a ``trials`` object: per group
+    and overall, pass@k and pass^k (fractions, by k) and each trial's SoPR (%)."""
+    summary = pass_rate_summary(result, judge)
+    per_group: dict[str, Any] = {}
+    for name in [*(g.group for g in result.groups), OVERALL]:
+        scores = result.scores.get(name)
+        per_trial = [_trial_group(run, name) for run in result.runs]
+        entry = scores.to_dict() if scores else {"trials": len(result.runs), "queries": 0, "pass@k": {}, "pass^k": {}}
+        entry["sopr"] = [g.mean if g else None for g in per_trial]
+        entry["sopr_std"] = [g.std if g else None for g in per_trial]  # over each trial's rounds
+        entry["left_out"] = result.left_out[name]
+        per_group[name] = entry
+    summary["trials"] = {"count": len(result.runs), "sources": result.sources,
+                         "overall": per_group.pop(OVERALL), "groups": per_group}
+    return summary
+
+
+def _trial_group(run: PassRate, name: str) -> Any:
+    """A trial's score for a group; for OVERALL, its SoPR average over groups."""
+    if name == OVERALL:
+        return run.average
+    return next((g for g in run.groups if g.group == name), None)
 
 
 def win_rate_summary(result: WinRate, judge: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +155,49 @@ def pass_rate_table(summaries: list[dict[str, Any]]) -> tuple[list[str], list[li
     return _by_group(summaries, "Method", lambda s: s["method"], lambda g: cell(g.get("mean"), g.get("std")))
 
 
+def _sopr_title(passes: list[dict[str, Any]]) -> str:
+    with_trials = sum("trials" in s for s in passes)
+    if not with_trials:
+        return "SoPR (%, mean±std over rounds)"
+    if with_trials == len(passes):
+        return "SoPR (%, mean±std over trials; a trial's SoPR is its mean over rounds)"
+    return "SoPR (%, mean±std over rounds; for runs of repeated trials, over trials)"
+
+
+def per_trial_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per trial: its SoPR per group, mean±std over its rounds."""
+    trials = summary["trials"]
+    groups = ordered_groups(trials["groups"])
+    rows = []
+    for i in range(trials["count"]):
+        rows.append([f"trial {i + 1}", *(cell(trials["groups"][g]["sopr"][i], trials["groups"][g]["sopr_std"][i])
+                                         for g in groups),
+                     cell(trials["overall"]["sopr"][i], trials["overall"]["sopr_std"][i])])
+    return ["Trial", *groups, AVERAGE], rows
+
+
+def pass_k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Rows pass@1..pass@N then pass^1..pass^N, in %, and the queries counted."""
+    trials = summary["trials"]
+    entries = [trials["groups"][g] for g in ordered_groups(trials["groups"])] + [trials["overall"]]
+    ks = [str(k) for k in range(1, trials["count"] + 1)]
+    rows = [[f"{name}{k}", *(cell(None if e[key].get(k) is None else 100 * e[key][k]) for e in entries)]
+            for name, key in (("pass@", "pass@k"), ("pass^", "pass^k")) for k in ks]
+    rows.append(["queries", *(str(e["queries"]) for e in entries)])
+    return ["Measure", *ordered_groups(trials["groups"]), OVERALL], rows
+
+
+def trials_text(summary: dict[str, Any], named: bool) -> list[str]:
+    """The sections of a run of repeated trials: SoPR per trial, pass@k and pass^k."""
+    trials = summary["trials"]
+    who = f"{summary['method']}: " if named else ""
+    return [f"{who}SoPR per trial (%, mean±std over rounds; trial i is the i-th source of --answers)\n\n"
+            + markdown(*per_trial_table(summary)),
+            f"{who}pass@k and pass^k over {trials['count']} trials (%, mean over queries; a trial passes when "
+            f"the majority of its rounds say Solved; {OVERALL}: every counted query)\n\n"
+            + markdown(*pass_k_table(summary))]
+
+
 def counts_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Label counts per group over all rounds (unscored and missing in their own columns)."""
     header = ["Group", "Queries", *COUNT_COLUMNS]
@@ -168,9 +239,13 @@ def render(summaries: list[dict[str, Any]]) -> str:
     passes = [s for s in summaries if s["kind"] == "pass_rate"]
     wins = [s for s in summaries if s["kind"] == "win_rate"]
     if passes:
-        parts.append("SoPR (%, mean±std over rounds)\n\n" + markdown(*pass_rate_table(passes)))
+        parts.append(f"{_sopr_title(passes)}\n\n" + markdown(*pass_rate_table(passes)))
+        for s in passes:
+            if "trials" in s:
+                parts.extend(trials_text(s, named=len(passes) > 1))
         if len(passes) == 1:
-            parts.append("Judgments (over all rounds)\n\n" + markdown(*counts_table(passes[0])))
+            over = " of all trials" if "trials" in passes[0] else ""
+            parts.append(f"Judgments (over all rounds{over})\n\n" + markdown(*counts_table(passes[0])))
     if wins:
         parts.append("SoWR (%)\n\n" + markdown(*win_rate_table(wins)))
         for s in wins:
@@ -193,8 +268,10 @@ def write_run(folder: str | Path, summary: dict[str, Any]) -> str:
     kind = summary["kind"]
     if kind == "pass_rate":
         header, rows = pass_rate_table([summary])
-        long_header = ["method", "group", "mean", "std", "queries", *(f"run_{i}" for i in range(summary["rounds"])),
-                       *COUNT_COLUMNS]
+        # With repeated trials a group's runs are its trials' SoPR, not rounds.
+        runs = (f"trial_{i + 1}" for i in range(summary["trials"]["count"])) if "trials" in summary else \
+            (f"run_{i}" for i in range(summary["rounds"]))
+        long_header = ["method", "group", "mean", "std", "queries", *runs, *COUNT_COLUMNS]
         entries = [*summary["groups"], *([summary["average"]] if summary["average"] else [])]
         long_rows = [[summary["method"], g["group"], _num(g["mean"]), _num(g["std"]), g["queries"],
                       *(_num(None if v is None else 100 * v) for v in g["runs"]),
@@ -217,9 +294,9 @@ def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def write_pass_rate_details(folder: str | Path, result: PassRate) -> list[Path]:
+def write_pass_rate_details(folder: str | Path, result: PassRate, *, into: str = "details") -> list[Path]:
     """Per group ``<group>_<method>.json`` and ``.csv`` in the original evaluator's shape."""
-    target = Path(folder) / "details"
+    target = Path(folder) / into
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for group, outcomes in result.outcomes.items():
@@ -249,6 +326,24 @@ def write_pass_rate_details(folder: str | Path, result: PassRate) -> list[Path]:
         as_csv.write_text(out.getvalue(), encoding="utf-8")
         written += [as_json, as_csv]
     return written
+
+
+def write_trials_details(folder: str | Path, result: Trials) -> list[Path]:
+    """``details/trial_<i>/`` per trial as for one run, and ``details/trials.csv``: each
+    query's verdict per trial (passed, failed, unscored, missing) and whether pass@k
+    counts it."""
+    written = [path for i, run in enumerate(result.runs, 1)
+               for path in write_pass_rate_details(folder, run, into=f"details/trial_{i}")]
+    n = len(result.runs)
+    rows = []
+    for group, verdicts in result.verdicts.items():
+        for qid, row in verdicts.items():
+            why = left_out_why(row, result.missing)
+            rows.append([group, qid, *row, row.count(PASSED), f"left out: {why}" if why else "counted"])
+    path = Path(folder) / "details" / "trials.csv"
+    path.write_text(to_csv(["group", "query_id", *(f"trial_{i}" for i in range(1, n + 1)), "passed", "pass_k"],
+                           rows), encoding="utf-8")
+    return [*written, path]
 
 
 def write_win_rate_details(folder: str | Path, result: WinRate) -> list[Path]:
@@ -325,6 +420,38 @@ def bar_chart(summaries: list[dict[str, Any]], path: str | Path, *, title: str =
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=20, ha="right")
     ax.set_ylabel("SoPR (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def pass_k_chart(summary: dict[str, Any], path: str | Path, *, title: str = "pass@k and pass^k") -> Path:
+    """pass@k and pass^k (%) against k over every counted query, from a summary of
+    trials, with the run's SoPR as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    overall = (summary.get("trials") or {}).get("overall")
+    if not overall or not overall["pass@k"]:
+        raise InputError("no pass@k to chart (a run of repeated trials with counted queries)")
+    ks = sorted(int(k) for k in overall["pass@k"])
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for key, marker in (("pass@k", "o"), ("pass^k", "s")):
+        ax.plot(ks, [100 * overall[key][str(k)] for k in ks], marker=marker, label=key)
+    sopr = (summary.get("average") or {}).get("mean")
+    if sopr is not None:  # for scale: the run's SoPR, which counts Unsure as half
+        ax.axhline(sopr, color="grey", linestyle="--", linewidth=1, label="SoPR (mean over trials)")
+    ax.set_xticks(ks)
+    ax.set_xlabel("k (trials drawn)")
+    ax.set_ylabel("%")
     ax.set_ylim(0, 100)
     ax.set_title(title)
     ax.legend(fontsize="small")

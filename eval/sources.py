@@ -8,6 +8,11 @@ no file or folder, it returns that recording as a cassette document
 had to leave out; None when the name is none of its business, or an InputError that
 says why it cannot be read. The recording is then read like
 a cassette that holds many conversations.
+
+A tool may also register an expander: given one such text, it returns the several
+source texts it stands for (stbproxy: a run name stands for its trial sessions
+``NAME.t1`` .. ``NAME.tN``), each then read as above; ``pass-rate`` takes each as one
+trial.
 """
 
 from __future__ import annotations
@@ -24,13 +29,48 @@ from .solvable import load_tasks
 
 Resolved = tuple[dict[str, Any], list[str]]  # (cassette document, notes)
 Resolver = Callable[[str], Resolved | None]
+Expander = Callable[[str], list[str] | None]
 _resolvers: list[Resolver] = []
+_expanders: list[Expander] = []
 
 
 def add_resolver(resolver: Resolver) -> None:
     """Let ``resolver`` answer for names that are not files (see the module docstring)."""
     if resolver not in _resolvers:
         _resolvers.append(resolver)
+
+
+def add_expander(expander: Expander) -> None:
+    """Let ``expander`` turn one source text into several (None: not one of its names)."""
+    if expander not in _expanders:
+        _expanders.append(expander)
+
+
+def remove_expander(expander: Expander) -> None:
+    if expander in _expanders:
+        _expanders.remove(expander)
+
+
+def expand_sources(texts: Iterable[str]) -> list[str]:
+    """The source texts ``texts`` stand for, in order: a path stands for itself, and
+    so does a name no expander knows."""
+    expanded: list[str] = []
+    for text in texts:
+        parts = _expand(text)
+        if parts is not None and not parts:
+            raise InputError(f"{text}: names no trials")
+        expanded.extend([text] if parts is None else parts)
+    return expanded
+
+
+def _expand(text: str) -> list[str] | None:
+    if Path(text).exists():
+        return None  # a file or folder is never a name
+    for expander in _expanders:
+        parts = expander(text)
+        if parts is not None:
+            return list(parts)
+    return None
 
 
 def load_source(text: str, *, seed: int = 0, queries: QueryIndex | None = None) -> AnswerSet:

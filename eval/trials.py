@@ -11,16 +11,22 @@ and how reliable it is, for each k from 1 to N:
 Both are averaged over queries. A trial passes when it is judged Solved, by the majority of
 its rounds when the judge was asked several times (more than half; Unsure is not Solved);
 a trial none of whose rounds could be scored is left out of its query, never guessed.
-Pure: the verdicts come from the pass-rate evaluation.
+The formulas are pure; :func:`repeated` reads the verdicts off the pass-rate runs of the
+trials (:func:`stbeval.passrate.pass_rate_trials`) and scores them per group.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from math import comb
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .errors import InputError
+from .passrate import AVERAGE, GroupScore, Outcome, PassRate
+
+PASSED, FAILED, UNSCORED, MISSING = "passed", "failed", "unscored", "missing"
+OVERALL = "Overall"  # pass@k and pass^k over the queries of every group
 
 
 def trial_passed(labels: Iterable[str | None]) -> bool | None:
@@ -79,3 +85,130 @@ def trial_scores(passes: Mapping[str, list[bool | None]]) -> TrialScores:
     pass_at = {k: sum(pass_at_k(n, sum(v), k) for v in counted.values()) / len(counted) for k in ks}
     pass_hat = {k: sum(pass_hat_k(n, sum(v), k) for v in counted.values()) / len(counted) for k in ks}
     return TrialScores(n, len(counted), pass_at, pass_hat)
+
+
+# --- trials of a pass-rate evaluation -------------------------------------------------
+
+@dataclass
+class Trials:
+    """N pass-rate runs of the same queries, and what they add up to."""
+
+    method: str
+    rounds: int
+    missing: str
+    runs: list[PassRate]  # trial i is runs[i - 1]
+    sources: list[str]
+    verdicts: dict[str, dict[str, list[str]]]  # group -> qid -> verdict per trial
+    scores: dict[str, TrialScores | None]  # per group and OVERALL; None when no query counts
+    left_out: dict[str, dict[str, int]]  # per group and OVERALL: queries left out of pass@k, by reason
+    groups: list[GroupScore]  # SoPR per group, mean and std over the trials' SoPR
+    average: GroupScore | None
+    problems: list[str]
+
+
+def verdict(outcome: Outcome | None) -> str:
+    if outcome is None or outcome.missing:
+        return MISSING
+    passed = trial_passed(outcome.labels)
+    return UNSCORED if passed is None else PASSED if passed else FAILED
+
+
+def trial_verdicts(runs: list[PassRate]) -> dict[str, dict[str, list[str]]]:
+    """Each query's verdict in each trial; a group a trial did not evaluate (none of its
+    ids answered there) is missing in that trial."""
+    groups = list(dict.fromkeys(g for run in runs for g in run.outcomes))
+    table: dict[str, dict[str, list[str]]] = {}
+    for group in groups:
+        by_trial = [{o.qid: o for o in run.outcomes.get(group, [])} for run in runs]
+        qids = dict.fromkeys(qid for trial in by_trial for qid in trial)
+        table[group] = {qid: [verdict(trial.get(qid)) for trial in by_trial] for qid in qids}
+    return table
+
+
+def countable(rows: Mapping[str, list[str]], missing: str) -> tuple[dict[str, list[bool]], dict[str, int]]:
+    """The queries pass@k counts, as pass/fail per trial, and how many were left out why.
+
+    A missing trial fails under ``missing="unsolved"``; under ``"skip"`` its query is left
+    out. A query with an unscored trial is left out too: every counted query must have
+    all N trials, so that k ranges over the same n for all."""
+    kept: dict[str, list[bool]] = {}
+    left_out = {MISSING: 0, UNSCORED: 0}
+    for qid, row in rows.items():
+        why = left_out_why(row, missing)
+        if why:
+            left_out[why] += 1
+        else:
+            kept[qid] = [v == PASSED for v in row]
+    return kept, left_out
+
+
+def left_out_why(row: list[str], missing: str) -> str | None:
+    """Why pass@k leaves out a query with these verdicts (MISSING, UNSCORED), or None."""
+    if missing == "skip" and MISSING in row:
+        return MISSING
+    if UNSCORED in row:
+        return UNSCORED
+    return None
+
+
+def repeated(runs: list[PassRate], sources: list[str], *,
+             warn: Callable[[str], None] = lambda _m: None) -> Trials:
+    """pass@k and pass^k per group and over all queries, and SoPR across the trials."""
+    first = runs[0]
+    notes = [f"trial {i}: {m}" for i, run in enumerate(runs, 1) for m in run.problems]
+
+    def note(message: str) -> None:
+        notes.append(message)
+        warn(message)
+
+    verdicts = trial_verdicts(runs)
+    scores: dict[str, TrialScores | None] = {}
+    left_out: dict[str, dict[str, int]] = {}
+    pooled: dict[str, list[bool]] = {}
+    for group, rows in verdicts.items():
+        kept, left_out[group] = countable(rows, first.missing)
+        scores[group] = trial_scores(kept) if kept else None
+        pooled.update({f"{qid} ({group})": passes for qid, passes in kept.items()})
+    scores[OVERALL] = trial_scores(pooled) if pooled else None
+    left_out[OVERALL] = {k: sum(v[k] for v in left_out.values()) for k in (MISSING, UNSCORED)}
+    _warn_left_out(left_out[OVERALL], len(runs), pooled, note)
+    groups = [_across_trials(group, [_group(run, group) for run in runs], _counted(runs, group))
+              for group in verdicts]
+    average = _across_trials(AVERAGE, [run.average for run in runs], sum(g.queries for g in groups)) if groups else None
+    return Trials(first.method, first.rounds, first.missing, runs, sources, verdicts, scores, left_out,
+                  groups, average, notes)
+
+
+def _warn_left_out(left: dict[str, int], n: int, counted: Mapping[str, list[bool]],
+                   warn: Callable[[str], None]) -> None:
+    if left[MISSING]:
+        warn(f"pass@k and pass^k: {left[MISSING]} queries without a usable answer in some trial left out "
+             "(--missing skip)")
+    if left[UNSCORED]:
+        warn(f"pass@k and pass^k: {left[UNSCORED]} queries with an unscored trial left out "
+             f"(each counted query needs all {n} trials scored)")
+    if not counted:
+        warn(f"pass@k and pass^k: no query has all {n} trials scored; not computed")
+
+
+def _group(run: PassRate, name: str) -> GroupScore | None:
+    return next((g for g in run.groups if g.group == name), None)
+
+
+def _counted(runs: list[PassRate], group: str) -> int:
+    """Queries the group's SoPR counts in at least one trial (after the missing policy)."""
+    return len({o.qid for run in runs for o in run.outcomes.get(group, [])
+                if not (o.missing and run.missing == "skip")})
+
+
+def _across_trials(name: str, per_trial: list[GroupScore | None], queries: int) -> GroupScore:
+    """A GroupScore whose runs are the trials: each trial's SoPR (its mean over rounds),
+    so mean and std are over trials. Label counts add up over all trials."""
+    runs: list[float | None] = []
+    counts: dict[str, int] = {}
+    for score in per_trial:
+        values = [v for v in score.runs if v is not None] if score else []
+        runs.append(statistics.fmean(values) if values else None)
+        for key, count in (score.counts if score else {}).items():
+            counts[key] = counts.get(key, 0) + count
+    return GroupScore(name, runs, queries, counts)

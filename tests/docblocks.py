@@ -20,7 +20,7 @@ The conventions the pages follow (docs/internals.md, "The docs are tested"):
 - ``<!-- after Ctrl-C in terminal 1 -->`` just before a block: the proxy a ``serve``
   line left running is stopped first (the block needs its store, or its port).
 - ``8080`` (the proxy's default port) and ``8081`` (a second one), ``8000`` (a local API's) and ``6379`` (a local
-  Redis's) are replaced by free ports; the default port is also set for ``serve`` and ``env`` through their
+  Redis's) are replaced by free ports; the default port is also set for ``serve``, ``env`` and ``run`` through their
   environment variables.
 - In ```console blocks, lines starting ``$ `` are the commands; other lines are output.
 """
@@ -176,6 +176,7 @@ class PageRun:
         self.env = {**inherited, "HOME": str(home), "STB_DOCS_DIR": str(self.control),
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                     "STBPROXY_SERVE_PORT": str(self.ports["8080"]), "STBPROXY_ENV_PORT": str(self.ports["8080"]),
+                    "STBPROXY_RUN_PORT": str(self.ports["8080"]),
                     "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
         self.groups: list[int] = []
 

@@ -274,3 +274,47 @@ def test_ordered_replay_serves_polling_in_the_order_recorded(tmp_path):
     assert ordered == ["queued", "running", "done", "done"]  # past the end: the last one
     assert other == "done" and unordered == ["done", "done"]  # no namesake, or not ordered: the stored entry
     assert world.calls["/job/9"] == 3
+
+
+def test_trials_of_an_unmodified_agent_give_pass_k_from_traffic_alone(tmp_path):
+    from math import comb
+
+    from click.testing import CliRunner
+
+    from stbproxy.cli import main
+
+    store = tmp_path / "stb" / "store"
+    queries = {"1": "What is the weather in Paris?", "2": "What is the weather in Oslo?"}
+    finals: dict[str, list[bool]] = {}
+    with World() as world, FakeOpenAI(SamplingModel()) as llm, ProxyProcess(store) as proxy:
+        for qid, query in queries.items():
+            done = stbproxy("run", "--trials", "4", "--session", "agent", "--port", str(proxy.port),
+                            "--confdir", str(proxy.confdir), "--", sys.executable, str(AGENT), query,
+                            env={"AGENT_LLM": llm.url, "WORLD": world.base})
+            printed = [json.loads(line) for line in done.stdout.splitlines()]
+            finals[qid] = [p["final"]["return_type"] == "give_answer" for p in printed]
+    assert all(len(passes) == 4 for passes in finals.values())
+    assert any(0 < sum(p) < 4 for p in finals.values())  # the trials differ where the model sampled
+    query_file = tmp_path / "G1_query.json"
+    query_file.write_text(json.dumps([{"query_id": int(q), "query": text} for q, text in queries.items()]))
+    (tmp_path / "ids").mkdir()
+    (tmp_path / "ids" / "G1_instruction.json").write_text(json.dumps({q: 0 for q in queries}))
+
+    def judge(request: dict):  # an answer that states the weather solves its query
+        solved = " C in " in request["messages"][0]["content"]
+        return ToolCall(request["tool_choice"]["function"]["name"],
+                        {"reason": "scripted", "answer_status": "Solved" if solved else "Unsolved"})
+
+    with FakeOpenAI(judge) as judge_server:
+        result = CliRunner().invoke(main, [
+            "eval", "pass-rate", "--answers", "agent", "--store", str(store), "--queries", str(query_file),
+            "--ids", str(tmp_path / "ids"), "--out", str(tmp_path / "eval"), "--rounds", "1", "--no-progress",
+            "--no-chart", "--base-url", judge_server.base_url, "--api-key", "judge-key"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    overall = json.loads((tmp_path / "eval" / "summary.json").read_text())["trials"]["overall"]
+    for k in range(1, 5):  # from the agent's own printed finals, by the formulas
+        expected_hat = sum(comb(sum(p), k) / comb(4, k) for p in finals.values()) / 2
+        expected_at = sum(1 - comb(4 - sum(p), k) / comb(4, k) for p in finals.values()) / 2
+        assert overall["pass^k"][str(k)] == pytest.approx(expected_hat)
+        assert overall["pass@k"][str(k)] == pytest.approx(expected_at)
+    assert "pass^4" in result.output and "pass@4" in result.output

@@ -22,7 +22,7 @@ from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.cassettes.store import session_exchanges
 from stbproxy.errors import StbError
 from stbproxy.models import Exchange
-from stbproxy.sessions import safe_session_name
+from stbproxy.sessions import SessionTally, safe_session_name
 from stbproxy.store.embedded import Store
 
 
@@ -30,6 +30,25 @@ def known_session(db: Store, raw: str) -> str | None:
     """The stored name of session ``raw`` (as typed, or made safe), or None."""
     known = db.session_names()
     return next((name for name in (raw, safe_session_name(raw)) if name in known), None)
+
+
+def trial_sessions(store: Path, raw: str) -> list[str] | None:
+    """The trial sessions ``NAME.t1`` .. ``NAME.tN`` that run ``raw`` stands for (``stbproxy
+    run --trials N --session NAME``), in trial order; None when ``raw`` is a session itself,
+    or no run of trials (stbeval's expander, sources.py)."""
+    if not (Path(store) / "CURRENT").exists():
+        return None
+    try:
+        with Store(store, readonly=True) as db:
+            known = db.session_names()
+    except StbError:
+        return None  # the resolver reports the store's trouble when the name is read
+    if raw in known:
+        return None
+    prefix = f"{raw}.t"
+    trials = sorted((int(name[len(prefix):]), name) for name in known
+                    if name.startswith(prefix) and name[len(prefix):].isdigit())
+    return [name for _trial, name in trials] or None
 
 
 def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
@@ -47,10 +66,26 @@ def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
                 raise EvalInputError(f"{raw}: no such answers file or folder, nor a session in {store} "
                                      f"(sessions: {listed or 'none'})")
             exchanges, skipped = session_exchanges(db, name)
+            fork = fork_note(name, db.session_records(name))
     except StbError as exc:
         raise EvalInputError(f"{raw}: cannot read the session from {store}: {exc}") from exc
     notes = [f"session {name}: record {line}; left out" for line in skipped]
+    if fork:
+        notes.insert(0, fork)
     return cassettes.exchanges_to_cassette(exchanges), notes
+
+
+def fork_note(name: str, records) -> str | None:
+    """What a trajectory built from a forked session must say: where its first calls came from."""
+    tally = SessionTally()
+    for record in records:
+        tally.add(record)
+    fork = tally.fork
+    if fork is None:
+        return None
+    stopped = f" (the fork stopped at {fork['stopped']})" if fork["stopped"] else ""
+    return (f"session {name} is a fork of {fork['from']}@{fork['at']}: its first {fork['replayed']} calls are "
+            f"{fork['from']}'s recorded answers, replayed{stopped}")
 
 
 @dataclass

@@ -64,8 +64,8 @@ def main() -> None:
 
 def _sessions_as_answers(group: click.Group) -> None:
     """`stbproxy eval` reads a session of the store wherever it reads answers (--store)."""
-    from stbeval.sources import add_resolver
-    from stbproxy.cassettes.conversations import session_document
+    from stbeval.sources import add_expander, add_resolver
+    from stbproxy.cassettes.conversations import session_document, trial_sessions
 
     chosen = {"store": Path(".stbproxy") / "store"}
 
@@ -80,6 +80,7 @@ def _sessions_as_answers(group: click.Group) -> None:
                 envvar="STBPROXY_STORE", show_default=True, expose_value=False, callback=remember,
                 help="The store whose sessions --answers (--candidate, --reference) may name."))
     add_resolver(lambda name: session_document(chosen["store"], name))
+    add_expander(lambda name: trial_sessions(chosen["store"], name))  # a run of trials: its sessions
 
 
 import_group.add_command(import_openapi)
