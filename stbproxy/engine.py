@@ -185,7 +185,7 @@ class Engine:
         if self.playback.involves(ref):
             played = self.playback.answer(ref, call.key, call.request)
             if played is not None:
-                return await self._run(call, ref, lambda _call: _ready(self._played(call, played)))
+                return await self._run(call, ref, lambda _call: made(self._played(call, played)))
             note = self.playback.stop_note(ref)
             if note:
                 return await self._run(call, ref, self._answer_call, note)
@@ -436,7 +436,8 @@ class Engine:
             if stored is None:
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
-            return replace(self._cached(call.key, stored), note={"drift": {"verdict": "unreachable", "reason": reason}})
+            return replace(self._cached(call.key, stored),
+                           note={"drift": {"verdict": "unreachable", "api": drift_api(call), "reason": reason}})
         judged = kind.judge(call, response, self.config.validity)
         updatable = self.config.update and judged.verdict.valid and judged.keep
         if stored is None:
@@ -447,7 +448,8 @@ class Engine:
         live = redact_response(judged.response, secrets)
         rules = self.config.drift_rules.for_call((call.host, drift_api(call)))
         found = drift.compare(stored.response, live, rules, self.config.rules.secret_fields)
-        note = {"verdict": found.verdict, "api": drift_api(call), **scrub_value(found.to_dict(), secrets)}
+        # The stored answer's origin: a real answer compared with a simulated one is no news.
+        note = {"api": drift_api(call), "origin": stored.source.value, **scrub_value(found.to_dict(), secrets)}
         served = self._cached(call.key, stored)
         if found.changed and updatable:
             served, note["updated"] = self._update(call, stored, served, judged, seconds)
@@ -600,7 +602,8 @@ class Engine:
         return f"{request.method} {redact_url(request, self.config.rules)}"
 
 
-async def _ready(answer: Answer) -> Answer:
+async def made(answer: Answer) -> Answer:
+    """An answer already made, for ``_run``, which awaits how an answer is made."""
     return answer
 
 

@@ -141,12 +141,14 @@ def test_drift_report_counts_per_api_and_names_the_first_change():
     assert [row.to_dict() for row in rows] == [
         {"api": "http/h/GET/job", "checked": 1, "changed": 0, "counts": {"new": 1}, "first_change": None},
         {"api": "http/h/GET/weather", "checked": 2, "changed": 1, "counts": {"same": 1, "values": 1},
-         "first_change": {"verdict": "values", "path": "/temp", "stored": "21", "live": "25", "session": "b",
-                          "seq": 1}}]
+         "first_change": {"verdict": "values", "path": "/temp", "stored": "21", "live": "25", "origin": "",
+                          "session": "b", "seq": 1}}]
     text = render(rows)
     assert "http/h/GET/weather: values changed at /temp: stored 21, now 25 (session b, call 1)" in text
     assert text.rstrip().endswith("1 of 3 verified calls changed, in 1 of 2 APIs")
     assert "no verified calls" in render([])
+    simulated = drift_by_api([("c", [{"seq": 4, "drift": {**changed, "origin": "simulated"}}])])
+    assert "(session c, call 4, the stored answer simulated)" in render(simulated)
 
 
 # -- playback from recorded sessions ---------------------------------------------------------------

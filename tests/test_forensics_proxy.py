@@ -161,6 +161,10 @@ def test_a_fork_replays_the_first_k_calls_then_goes_live(tmp_path):
     assert rows["resumed"]["fork"] == {"from": "base", "at": 2, "replayed": 2, "stopped": None}
     assert rows["resumed"]["by_source"] == {"cache": 2, "upstream": 1}
     assert [r.get("forked") for r in records(store, "resumed")] == ["base#1", "base#2", None]
+    # The trajectory rebuilt from the session says where its first calls came from.
+    converted = stbproxy("eval", "convert", "--answers", "resumed", "--store", str(store),
+                         "--out", str(tmp_path / "resumed.json"))
+    assert "session resumed is a fork of base@2: its first 2 calls are base's recorded answers" in converted.stderr
 
 
 def test_a_fork_that_diverges_stops_with_one_line(tmp_path):
@@ -201,26 +205,35 @@ def test_serve_refuses_a_fork_of_an_unknown_session(tmp_path):
 def test_verify_serves_the_stored_answers_and_reports_what_changed(tmp_path):
     store = tmp_path / "stb" / "store"
     with World() as world, FakeOpenAI(SamplingModel(p=1.0)) as llm:
-        with ProxyProcess(store, "--mode", "record", "--passthrough", "127.0.0.1:*") as proxy:
-            pass
-        with ProxyProcess(store, "--mode", "record") as proxy:
+        with World() as gone, ProxyProcess(store, "--mode", "record") as proxy:
             recorded = run_agent(proxy, world, llm, session="base")
-            requests.get(f"{world.base}/counter", proxies={"http": proxy.url}, timeout=30)
+            requests.get(f"{gone.base}/job/1", proxies={"http": proxy.url}, timeout=30)
         world.temps["Paris"] = 25.0
-        with ProxyProcess(store, "--mode", "verify") as proxy:
-            verified = run_agent(proxy, world, llm, session="check")
+        with ProxyProcess(store, "--mode", "verify", "--session", "check") as proxy:
+            verified = run_agent(proxy, world, llm)
             # The run is stable: the agent saw what was recorded, though the real API was asked.
             assert verified["seen"] == recorded["seen"] and world.calls["/weather"] == 2
+            # An API that is gone: the stored answer; a call nothing answered before: the real one.
+            stale = requests.get(f"{gone.base}/job/1", proxies={"http": proxy.url}, timeout=30)
+            fresh = requests.get(f"{world.base}/job/2", proxies={"http": proxy.url}, timeout=30)
+            assert stale.json()["state"] == "queued" and stale.headers["X-Stb-Source"] == "cache"
+            assert fresh.json()["state"] == "queued" and fresh.headers["X-Stb-Source"] == "upstream"
+    verdicts = [r["drift"]["verdict"] for r in records(store, "check")]
+    # model, weather, model, gone, new (the model's answers carry fresh ids: their verdicts vary)
+    assert len(verdicts) == 5 and verdicts[1] == "values" and verdicts[3:] == ["unreachable", "new"]
     report = json.loads(stbproxy("drift", "--store", str(store), "--session", "check", "--json").stdout)
     weather = next(api for api in report["apis"] if "/weather" in api["api"])
     # The temperature changed; the time observed and the request id (default rules) did not count.
     assert weather["counts"] == {"values": 1}
     assert weather["first_change"] | {"seq": None} == {"verdict": "values", "path": "/temp", "stored": "21.0",
-                                                      "live": "25.0", "session": "check", "seq": None}
+                                                      "live": "25.0", "origin": "upstream", "session": "check",
+                                                      "seq": None}
     text = stbproxy("drift", "--store", str(store)).stdout
     assert "values changed at /temp: stored 21.0, now 25.0" in text
     strict = stbproxy("drift", "--store", str(store), "--strict", check=False)
     assert strict.returncode == 1
+    nothing = stbproxy("drift", "--store", str(store), "--session", "base", "--strict", check=False)
+    assert nothing.returncode == 2 and "no verified calls to judge" in nothing.stderr
     everything = json.dumps(records(store, "check")) + text + json.dumps(report)
     assert SECRET not in everything
 
@@ -318,3 +331,22 @@ def test_trials_of_an_unmodified_agent_give_pass_k_from_traffic_alone(tmp_path):
         assert overall["pass^k"][str(k)] == pytest.approx(expected_hat)
         assert overall["pass@k"][str(k)] == pytest.approx(expected_at)
     assert "pass^4" in result.output and "pass@4" in result.output
+
+
+def test_trials_and_ordered_replay_hold_with_several_workers(tmp_path):
+    store = tmp_path / "stb" / "store"
+    with World() as world, FakeOpenAI(SamplingModel()) as llm:
+        with ProxyProcess(store, "--mode", "record") as proxy:
+            for _ in range(3):
+                requests.get(f"{world.base}/job/5", proxies={"http": proxy.url}, timeout=30,
+                             headers={"X-Stb-Session": "poll"})
+        with ProxyProcess(store, "--mode", "virtual", "--ordered", "--workers", "2") as proxy:
+            # A connection per request: they land on either worker, and the order still holds.
+            states = [requests.get(f"{world.base}/job/5", proxies={"http": proxy.url}, timeout=30,
+                                  headers={"X-Stb-Session": "poll"}).json()["state"] for _ in range(4)]
+            body = {"model": "m", "messages": [{"role": "user", "content": QUERY}], "seed": 7}
+            for trial in ("1", "2", "1", "2", "2"):
+                requests.post(f"{llm.url}/v1/chat/completions", json=body, proxies={"http": proxy.url}, timeout=30,
+                              headers={"X-Stb-Session": "w", "X-Stb-Trial": trial})
+    assert states == ["queued", "running", "done", "done"] and world.calls["/job/5"] == 3
+    assert llm.calls == 2

@@ -93,6 +93,9 @@ def drift(store, session, as_json, strict):
             rows = drift_by_api((name, list(db.session_records(name))) for name in names)
     except StbError as exc:
         fail(str(exc))
+    if strict and not rows:  # a check that checked nothing must not pass
+        fail("no verified calls to judge: run 'stbproxy serve --mode verify' and the agent first"
+             + (f" (session {session} has none)" if session else ""))
     if as_json:
         click.echo(json.dumps({"apis": [row.to_dict() for row in rows],
                                "changed": sum(row.changed for row in rows)}, indent=2))

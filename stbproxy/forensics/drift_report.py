@@ -48,7 +48,8 @@ def drift_by_api(sessions: Iterable[tuple[str, Iterable[Mapping]]]) -> list[ApiD
             entry.counts[verdict] += 1
             if verdict in CHANGES and entry.first is None:
                 entry.first = {"verdict": verdict, "path": found.get("path", ""), "stored": found.get("stored", ""),
-                               "live": found.get("live", ""), "session": name, "seq": record.get("seq")}
+                               "live": found.get("live", ""), "origin": found.get("origin", ""), "session": name,
+                               "seq": record.get("seq")}
     return [apis[api] for api in sorted(apis)]
 
 
@@ -66,8 +67,10 @@ def render(rows: list[ApiDrift]) -> str:
     for row in changed:
         first = row.first
         where = first["path"] or ("the status" if first["verdict"] == STATUS else "the body")
+        # A stored answer that was not real (simulated, imported) is expected to differ: said so.
+        origin = f", the stored answer {first['origin']}" if first["origin"] not in ("", "upstream") else ""
         lines.append(f"{row.api}: {first['verdict']} changed at {where}: stored {first['stored']}, "
-                     f"now {first['live']} (session {first['session']}, call {first['seq']})")
+                     f"now {first['live']} (session {first['session']}, call {first['seq']}{origin})")
     total = sum(row.changed for row in rows)
     checked = sum(sum(row.counts.values()) for row in rows)
     lines.append(f"{total} of {checked} verified calls changed, in {len(changed)} of {len(rows)} APIs")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from stbproxy.engine import Answer, Engine
+from stbproxy.engine import Answer, Engine, made
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
 from stbproxy.traffic.seam import Call
@@ -99,14 +99,10 @@ class ReaderEngine(Engine):
         if self.local_hits and not self.playback.involves(ref):
             hit = self._hit(call.key)
             if hit is not None and not self.refreshes(hit):
-                return await self._run(call, ref, lambda _call: _ready(hit))
+                return await self._run(call, ref, lambda _call: made(hit))
         return await self._forwarded(self.link.answer(call, session))
 
     async def _forwarded(self, asked) -> Answer:
         answer = await asked
         self.store.changed()
         return answer
-
-
-async def _ready(answer: Answer) -> Answer:
-    return answer
