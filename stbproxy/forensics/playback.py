@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
+from stbcore.llm_apis import is_openai_compatible
 from stbproxy.errors import StbError
 from stbproxy.forensics.naming import Fork, SessionRef
 from stbproxy.models import Exchange, Request
-from stbproxy.traffic.llm_api import is_openai_endpoint
 
 log = logging.getLogger("stbproxy")
 
@@ -60,7 +60,8 @@ def call_shape(request: Request) -> CallShape:
         host = urlsplit(request.url).netloc.rpartition("@")[2].lower()  # with its port: two APIs may share a host
     except ValueError:
         host = ""
-    return CallShape(host, request.method.upper() in SAFE_METHODS, is_openai_endpoint(request))
+    llm = is_openai_compatible(request.method, request.url.split("?", 1)[0])  # as the llm kind tells them
+    return CallShape(host, request.method.upper() in SAFE_METHODS, llm)
 
 
 @dataclass(frozen=True)
