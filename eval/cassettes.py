@@ -101,5 +101,16 @@ def _recorded(requests: list[Any], responses: list[dict[str, Any]], start: int =
             request_headers={str(k).lower(): str(v) for k, v in dict(request.headers).items()},
             status=int(status) if isinstance(status, (int, str)) and str(status).isdigit() else 200,
             response_text=body_text((response.get("body") or {}).get("string"), response.get("headers") or {}),
+            source=_header(response, "x-stb-served") or _header(response, "x-stb-source"),
+            key=_header(response, "x-stb-key"),
         ))
     return out
+
+
+def _header(response: dict[str, Any], name: str) -> str | None:
+    """A response header of a cassette (vcrpy keeps each as a list of values), or None."""
+    for key, value in (response.get("headers") or {}).items():
+        if str(key).lower() == name:
+            value = value[0] if isinstance(value, list) and value else value
+            return str(value) if value else None
+    return None

@@ -40,6 +40,9 @@ class Answer:
     #: True when the agent was never offered ``Finish`` (cassettes of plain tool-calling
     #: agents): its last assistant message is then its final answer.
     finish_optional: bool = False
+    #: Rebuilt from traffic: per tool call of the answer (Finish aside), in order, how the
+    #: proxy answered it (``{"source": "cache", "key": "http/..."}``; empty when unknown).
+    calls: tuple[dict[str, Any], ...] = ()
 
     def judge_view(self) -> dict[str, Any]:
         """The answer object as the original evaluator serializes it for the pass-rate judge."""

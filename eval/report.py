@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from .model import main_path
 from .errors import InputError
 from .passrate import AVERAGE, PassRate
+from .report_queries import QUERIES_FILE, query_record, write_queries
 from .solvable import Solvable
 from .trials import OVERALL, PASSED, Trials, left_out_why
 from .winrate import WinRate
@@ -325,6 +326,9 @@ def write_pass_rate_details(folder: str | Path, result: PassRate, *, into: str =
         writer.writerows(rows)
         as_csv.write_text(out.getvalue(), encoding="utf-8")
         written += [as_json, as_csv]
+    # Every query with its trajectory, for `eval report --html` (report_queries.py).
+    records = (query_record(group, o, result.rounds) for group, outcomes in result.outcomes.items() for o in outcomes)
+    written.append(write_queries(target / QUERIES_FILE, records))
     return written
 
 

@@ -58,6 +58,8 @@ class Recorded:
     status: int
     response_text: str
     request_headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+    source: str | None = None  # how the proxy answered it, when the recording says (X-Stb-Served/-Source)
+    key: str | None = None  # the store key of its answer, when the recording says (X-Stb-Key)
 
 
 @dataclass
@@ -168,7 +170,29 @@ def trajectory(conversation: Conversation, traffic: Traffic, qid: str, *, query:
         return Problem(qid, f"broken answer tree: {broken}", where)
     return Answer(query_id=qid, query=query, available_tools=final.tools, method=method,
                   total_steps=len(read.steps) + 2, final_answer=final_answer, answer_details=details,
-                  source="cassette", finish_optional=not offered_finish)
+                  source="cassette", finish_optional=not offered_finish,
+                  calls=tuple(answered_by(read.steps, conversation.tool_requests, traffic)))
+
+
+def answered_by(steps: list[dict[str, Any]], requests: list[int], traffic: Traffic) -> list[dict[str, Any]]:
+    """Per tool step (Finish aside), how the recording answered it: the recorded request of
+    the conversation whose answer is the step's result, else the next one in order."""
+    unused = list(requests)
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        message = step["message"]
+        if step["role"] != "tool" or message.get("name") == FINISH:
+            continue
+        chosen = next((i for i in unused if traffic.answer(i) == message.get("response")), None)
+        if chosen is None and unused:
+            chosen = unused[0]
+        if chosen is None:
+            out.append({})
+            continue
+        unused.remove(chosen)
+        item = traffic.recorded[chosen]
+        out.append({k: v for k, v in (("source", item.source), ("key", item.key)) if v})
+    return out
 
 
 Named = tuple[str | None, Answer | Problem]  # (group, answer)

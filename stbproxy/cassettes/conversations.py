@@ -10,7 +10,7 @@ requests it made, in the session's order, so each one replays on its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stbeval.cassettes import recorded_from_document
@@ -19,11 +19,14 @@ from stbeval.queries import QueryIndex
 from stbeval.trajectories import name_conversations, read_traffic
 
 from stbproxy.cassettes import vcr_format as cassettes
-from stbproxy.cassettes.store import session_exchanges
+from stbproxy.cassettes.store import session_answers
 from stbproxy.errors import StbError
 from stbproxy.models import Exchange
 from stbproxy.sessions import SessionTally, safe_session_name
 from stbproxy.store.embedded import Store
+
+SERVED_HEADER = "X-Stb-Served"
+KEY_HEADER = "X-Stb-Key"
 
 
 def known_session(db: Store, raw: str) -> str | None:
@@ -65,14 +68,22 @@ def session_document(store: Path, raw: str) -> tuple[dict, list[str]]:
                 listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
                 raise EvalInputError(f"{raw}: no such answers file or folder, nor a session in {store} "
                                      f"(sessions: {listed or 'none'})")
-            exchanges, skipped = session_exchanges(db, name)
+            answered, skipped = session_answers(db, name)
             fork = fork_note(name, db.session_records(name))
     except StbError as exc:
         raise EvalInputError(f"{raw}: cannot read the session from {store}: {exc}") from exc
     notes = [f"session {name}: record {line}; left out" for line in skipped]
     if fork:
         notes.insert(0, fork)
-    return cassettes.exchanges_to_cassette(exchanges), notes
+    return cassettes.exchanges_to_cassette([as_served(record, ex) for record, ex in answered]), notes
+
+
+def as_served(record: dict, exchange: Exchange) -> Exchange:
+    """The exchange with how the proxy served it in the session (``X-Stb-Served``: cache,
+    upstream, simulated, ...) and the key of the call it answered (``X-Stb-Key``), for the
+    evaluator's trajectories and reports."""
+    response = exchange.response.with_header(SERVED_HEADER, str(record.get("source") or exchange.source.value))
+    return replace(exchange, response=response.with_header(KEY_HEADER, record.get("call") or exchange.key))
 
 
 def fork_note(name: str, records) -> str | None:

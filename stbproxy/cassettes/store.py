@@ -147,7 +147,13 @@ def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
     """The stored exchanges a session's log points at, in its order, and a line for each
     record whose answer is gone (forgotten), damaged, or that never had one (a call the
     proxy could not make: source ``error``; a server's event stream, carried live), all left out."""
-    out: list[Exchange] = []
+    answered, skipped = session_answers(db, name)
+    return [exchange for _record, exchange in answered], skipped
+
+
+def session_answers(db, name: str) -> tuple[list[tuple[dict, Exchange]], list[str]]:
+    """As session_exchanges, each exchange with the record that points at it."""
+    out: list[tuple[dict, Exchange]] = []
     skipped: list[str] = []
     for record in db.session_records(name):
         key = record.get("key") or ""
@@ -164,5 +170,5 @@ def session_exchanges(db, name: str) -> tuple[list[Exchange], list[str]]:
         if exchange is None:
             skipped.append(f"{where}: its answer is not stored ({key or 'never kept'})")
             continue
-        out.append(exchange)
+        out.append((record, exchange))
     return out, skipped

@@ -8,6 +8,7 @@ other ``eval`` commands do not pay for it at start.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -38,9 +39,11 @@ Examples:
               help="The proxies' --fault-seed: which tools are down.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("stability.png"),
               show_default=True, help="The PNG plot of both curves.")
+@click.option("--data", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write both curves as JSON here, for 'eval report --stability'.")
 @click.option("--flat-tolerance", type=click.FloatRange(0, 1), default=FLAT_TOLERANCE, show_default=True,
               help="The largest spread of the shares with the simulator that still counts as flat.")
-def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, out: Path,
+def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, out: Path, data: Path | None,
               flat_tolerance: float) -> None:
     """StableToolBench's stability experiment, offline: the share of tool calls with a valid
     answer as 0, 10, 20 and 50 % of the tools are down, with the offline simulator and
@@ -50,7 +53,8 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
     (no network, no LLM). Prints the table and three checks (all real at 0 %, falling
     without the simulator, flat with it) and writes the plot; exits 1 when a check fails.
     """
-    from stbproxy.stb.stability import Experiment, plot, read_queries, report_lines, run_experiment, summary_line
+    from stbproxy.stb.stability import (Experiment, plot, read_queries, report_lines, run_experiment, series,
+                                        summary_line)
     from stbproxy.stb.stability_queries import builtin_queries
 
     try:
@@ -68,5 +72,9 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
         click.echo(line)
     plot(experiment, out)
     click.echo(f"\nplot written to {out}")
+    if data is not None:
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps(series(experiment), indent=2) + "\n", encoding="utf-8")
+        click.echo(f"curves written to {data}")
     if not experiment.passed:
         raise SystemExit(1)

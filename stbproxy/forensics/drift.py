@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from stbcore.volatile import ISO_TIME, REQUEST_ID_MEMBERS, TIME_MEMBERS
 from stbproxy.errors import ConfigError
 from stbproxy.keys import Names
 from stbproxy.models import Response
@@ -30,11 +31,9 @@ from stbproxy.models import Response
 SAME, STATUS, SHAPE, VALUES = "same", "status", "shape", "values"
 VERDICTS = (SAME, STATUS, SHAPE, VALUES)
 SHOWN_CHARS = 80
-_TIME_MEMBERS = ("timestamp", "ts", "time", "date", "datetime", "created", "created_at", "createdAt",
-                 "updated", "updated_at", "updatedAt", "last_updated", "server_time", "generated_at", "expires_at")
-_REQUEST_ID_MEMBERS = ("request_id", "requestId", "trace_id", "traceId", "correlation_id", "nonce")
-DEFAULT_RULES = (*(f"path:*/{name}" for name in (*_TIME_MEMBERS, *_REQUEST_ID_MEMBERS)),
-                 r"value:^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+# The usual timestamp and request-id members, and ISO times wherever they are (stbcore's list,
+# which the evaluator's reports use too).
+DEFAULT_RULES = (*(f"path:*/{name}" for name in (*TIME_MEMBERS, *REQUEST_ID_MEMBERS)), f"value:{ISO_TIME}")
 
 
 @dataclass(frozen=True)

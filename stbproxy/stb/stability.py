@@ -369,6 +369,17 @@ def _invalid_with_simulator(experiment: Experiment, most: int = 10) -> list[str]
             *(f"  {n:>4}  {tool} / {api}: {why}" for (tool, api, why), n in reasons.most_common(most))]
 
 
+def series(experiment: Experiment) -> dict:
+    """Both curves as data (``eval report --stability`` draws them in the page)."""
+    xs = [100 * level for level in LEVELS]
+    return {"title": f"Stability: {experiment.name}, {len(experiment.calls)} calls, seed {experiment.seed}",
+            "x_label": "tools down (%)", "y_label": "calls with a valid answer (%)",
+            "series": [{"name": "with simulator (schema)", "points": [[x, 100 * y] for x, y in
+                                                                     zip(xs, experiment.shares("schema"))]},
+                       {"name": "without simulator", "points": [[x, 100 * y] for x, y in
+                                                                 zip(xs, experiment.shares("off"))]}]}
+
+
 def plot(experiment: Experiment, out: Path) -> None:
     """Both curves as a PNG."""
     import matplotlib

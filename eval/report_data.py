@@ -1,0 +1,149 @@
+"""The data of an HTML report (html_report.py renders it): run folders read into one
+document, ``stbeval-report/1``: each run's summary, its queries as the run wrote them
+(report_queries.py), and per query what changed since a baseline run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from stbcore.volatile import same_answer
+
+from .errors import InputError
+from .report import load_summary
+from .report_queries import QUERIES_FILE, count_sources
+
+FORMAT = "stbeval-report/1"
+_VERDICT_STATUS = {"passed": "solved", "failed": "unsolved", "unscored": "unscored", "missing": "missing"}
+
+
+def build_document(folders: list[Path], *, baseline: Path | None = None, stability: dict | None = None,
+                   title: str | None = None) -> dict[str, Any]:
+    """The report of ``folders`` (the first one's queries are listed), with ``baseline``'s
+    summary and per-query differences when given."""
+    runs = [read_run(folder) for folder in folders]
+    if stability is not None:
+        runs[0]["stability"] = stability
+    base = read_run(baseline) if baseline is not None else None
+    if base is not None:
+        compare(runs[0], base)
+    return {"format": FORMAT, "title": title or f"Evaluation of {runs[0]['name']}", "runs": runs,
+            "baseline": base}
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    summary = load_summary(folder)
+    kind = summary.get("kind")
+    readers = {"pass_rate": _pass_rate_run, "win_rate": _win_rate_run, "calls": _calls_run}
+    if kind not in readers:
+        raise InputError(f"{folder}: a {kind or 'unknown'} run has no report (pass-rate, win-rate and calls runs do)")
+    run = {"name": "", "folder": str(folder), "kind": kind, "rounds": summary.get("rounds") or 0, "metrics": [],
+           "groups": [], "pass_k": None, "sources": {}, "stability": None, "queries": []}
+    readers[kind](Path(folder), summary, run)
+    run["sources"] = count_sources(source for query in run["queries"] for source, n in query["sources"].items()
+                                   for _ in range(n))
+    return run
+
+
+def _pass_rate_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
+    run["name"] = summary.get("method") or folder.name
+    average = summary.get("average") or {}
+    trials = summary.get("trials")
+    over = f"over {trials['count']} trials" if trials else f"over {run['rounds']} rounds"
+    run["metrics"].append(_metric("SoPR", average.get("mean"), average.get("std"), f"mean ± std {over}"))
+    run["groups"] = [{"name": g["group"], "metrics": {"SoPR": [g.get("mean"), g.get("std")]}}
+                     for g in summary.get("groups", [])]
+    if trials:
+        overall = trials["overall"]
+        ks = sorted(int(k) for k in overall.get("pass^k", {}))
+        if ks:
+            n = ks[-1]
+            run["pass_k"] = {"k": ks, "pass@k": [overall["pass@k"][str(k)] for k in ks],
+                             "pass^k": [overall["pass^k"][str(k)] for k in ks]}
+            run["metrics"] += [_metric(f"pass^{n}", 100 * overall["pass^k"][str(n)], None,
+                                       f"all {n} trials pass ({overall.get('queries', 0)} queries)"),
+                               _metric(f"pass@{n}", 100 * overall["pass@k"][str(n)], None,
+                                       f"at least one of {n} trials passes")]
+        run["queries"] = _trial_queries(folder)
+    else:
+        run["queries"] = _read_queries(folder / "details" / QUERIES_FILE)
+
+
+def _trial_queries(folder: Path) -> list[dict[str, Any]]:
+    """A trials run lists trial 1's trajectories, with each trial's verdict as its status."""
+    queries = _read_queries(folder / "details" / "trial_1" / QUERIES_FILE)
+    verdicts = {}
+    table = folder / "details" / "trials.csv"
+    if table.is_file():
+        with table.open(encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                trials = sorted((k for k in row if k.startswith("trial_")), key=lambda k: int(k[6:]))
+                verdicts[(row["group"], row["query_id"])] = [_VERDICT_STATUS.get(row[k], row[k]) for k in trials]
+    for query in queries:
+        query["status"] = verdicts.get((query["group"], query["id"]), query["status"])
+    return queries
+
+
+def _win_rate_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
+    run["name"] = f"{summary.get('candidate', '?')} vs {summary.get('reference', '?')}"
+    average = summary.get("average") or {}
+    run["metrics"].append(_metric("SoWR", average.get("win_rate"), None,
+                                  f"{average.get('wins', 0)} wins, {average.get('ties', 0)} ties, "
+                                  f"{average.get('losses', 0)} losses"))
+    run["groups"] = [{"name": g["group"], "metrics": {"SoWR": [g.get("win_rate"), None]}}
+                     for g in summary.get("groups", [])]
+
+
+def _calls_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
+    run["name"] = f"{summary.get('run', '?')} calls"
+    overall = summary.get("overall") or {}
+    run["metrics"].append(_metric("call accuracy", overall.get("call_accuracy"), None,
+                                  f"{overall.get('matched', 0)} of {overall.get('reference_calls', 0)} reference "
+                                  "calls matched in order"))
+    run["groups"] = [{"name": g["group"], "metrics": {"call accuracy": [g.get("call_accuracy"), None]}}
+                     for g in summary.get("groups", [])]
+
+
+def _metric(label: str, value: float | None, std: float | None, detail: str) -> dict[str, Any]:
+    return {"label": label, "value": value, "std": std, "detail": detail}
+
+
+def _read_queries(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise InputError(f"{path.parent.parent}: no {path.relative_to(path.parent.parent)}; evaluate the run again "
+                         "with this version to list its queries")
+    queries = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                queries.append(json.loads(line))
+            except ValueError as exc:
+                raise InputError(f"{path}:{number}: not a JSON line ({exc})") from None
+    return queries
+
+
+def compare(run: dict[str, Any], base: dict[str, Any]) -> None:
+    """Each query of ``run`` with what changed since ``base``: status, steps, and the tool
+    steps whose answers differ (by position; timestamps and request ids aside)."""
+    theirs = {(q["group"], q["id"]): q for q in base["queries"]}
+    for query in run["queries"]:
+        other = theirs.get((query["group"], query["id"]))
+        if other is None:
+            query["baseline"] = None
+            continue
+        changed_steps = [i for i, step in enumerate(query["trajectory"]) if step["role"] == "tool"
+                         and not same_answer(_answer_at(other, i), step.get("answer"))]
+        changed = [name for name, differs in (("status", query["status"] != other["status"]),
+                                              ("steps", query["steps"] != other["steps"]),
+                                              ("answers", bool(changed_steps))) if differs]
+        query["baseline"] = {"status": other["status"], "steps": other["steps"], "changed": changed,
+                             "changed_steps": changed_steps}
+    base["queries"] = []  # its summary is what the page shows of it
+
+
+def _answer_at(query: dict[str, Any], index: int) -> str | None:
+    trajectory = query.get("trajectory") or []
+    return trajectory[index].get("answer") if index < len(trajectory) else None
