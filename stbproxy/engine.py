@@ -216,7 +216,7 @@ class Engine:
 
     def _played(self, call: Call, played: Played) -> Answer:
         """A recorded answer served again, as a hit on the entry (or copy) that holds it."""
-        stored = played.step.exchange
+        stored = played.exchange
         response = marked(stored.response, Source.CACHE, stored.source, stored.meta)
         return Answer(response, Source.CACHE, call.key, stored.meta, stored.key, stored.source, note=played.record)
 

@@ -198,7 +198,7 @@ def test_a_fork_plays_k_steps_of_the_same_kind_then_lets_go():
     second = play.answer(me, "any", Request("GET", "http://api.test/job/1?x=2", (), b""))
     assert first.record == {"forked": "base#1", "fork": {"from": "base", "at": 2}}
     assert second.record == {"forked": "base#2"}  # the error record was no step: it had no answer
-    assert json.loads(second.step.exchange.response.body) == {"state": "queued"}
+    assert json.loads(second.exchange.response.body) == {"state": "queued"}
     assert play.answer(me, "any", Request("GET", "http://api.test/job/1", (), b"")) is None  # K done
     assert play.stop_note(me) == {}
     assert not play.involves(SessionRef("base"))  # the source never forks itself
@@ -219,7 +219,7 @@ def test_ordered_playback_serves_the_nth_answer_then_the_last():
     play = playback(recorded_run(), ordered=True)
     base = SessionRef("base")
     served = [play.answer(base, "job", Request("GET", "http://api.test/job/1", (), b"")) for _ in range(3)]
-    assert [json.loads(p.step.exchange.response.body)["state"] for p in served] == ["queued", "done", "done"]
+    assert [json.loads(p.exchange.response.body)["state"] for p in served] == ["queued", "done", "done"]
     assert [p.record["ordered"] for p in served] == ["1 of 2", "2 of 2", "3 of 2"]
     assert play.answer(SessionRef("other"), "job", Request("GET", "http://api.test/job/1", (), b"")) is None
     assert play.answer(base, "unknown", Request("GET", "http://api.test/x", (), b"")) is None

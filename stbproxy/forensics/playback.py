@@ -24,19 +24,6 @@ NO_ANSWER = frozenset({"error"})  # records of calls that got no answer: never r
 
 
 @dataclass(frozen=True)
-class Step:
-    """One answered call of a recorded session: where its answer is, and what kind of call it was."""
-
-    seq: int
-    call_key: str
-    exchange: Exchange
-
-    @property
-    def shape(self) -> CallShape:
-        return call_shape(self.exchange.request)
-
-
-@dataclass(frozen=True)
 class CallShape:
     """What a fork compares step by step: whether it is the agent's own LLM call or a tool
     call, and for a tool call its host and whether its method reads or writes. An LLM call
@@ -55,6 +42,17 @@ class CallShape:
         return f"a tool call ({'read' if self.reads else 'write'}) to {self.host or '?'}"
 
 
+@dataclass(frozen=True)
+class Step:
+    """One answered call of a recorded session: the call's key, where its answer is kept,
+    and what kind of call it was (its answer is read when it is played, not held)."""
+
+    seq: int
+    call_key: str
+    record_key: str
+    shape: CallShape
+
+
 def call_shape(request: Request) -> CallShape:
     try:
         host = urlsplit(request.url).netloc.rpartition("@")[2].lower()  # with its port: two APIs may share a host
@@ -68,8 +66,7 @@ def call_shape(request: Request) -> CallShape:
 class Played:
     """A recorded answer to serve, and what the session's record says about it."""
 
-    step: Step
-    source_session: str
+    exchange: Exchange
     record: Mapping = field(default_factory=dict)
 
 
@@ -106,8 +103,16 @@ class Recordings:
                 continue
             if exchange is None:
                 continue  # forgotten since: nothing to play
-            steps.append(Step(int(record.get("seq") or 0), self._key_of(record, exchange), exchange))
+            steps.append(Step(int(record.get("seq") or 0), self._key_of(record, exchange), key,
+                              call_shape(exchange.request)))
         return steps
+
+    def answer(self, step: Step) -> Exchange | None:
+        """A step's answer as the store holds it now (None: forgotten, or unreadable)."""
+        try:
+            return self.store.get(step.record_key)
+        except StbError:
+            return None
 
     def _key_of(self, record: Mapping, exchange: Exchange) -> str:
         """The call key a record answered: named in the record when its answer is a copy kept
@@ -163,11 +168,14 @@ class SessionPlayback:
         got = call_shape(request)
         if not step.shape.matches(got):
             return self._stop(ref, state, f"step {number}: expected {step.shape}, got {got}")
+        exchange = self.recordings.answer(step)
+        if exchange is None:
+            return self._stop(ref, state, f"step {number}: the recorded answer is no longer stored")
         state.served = number
         record: dict = {"forked": f"{state.fork.source}#{step.seq}"}
         if number == 1:
             record["fork"] = {"from": state.fork.source, "at": state.fork.steps}
-        return Played(step, state.fork.source, record)
+        return Played(exchange, record)
 
     def _stop(self, ref: SessionRef, state: _ForkState, why: str) -> None:
         state.stopped = why
@@ -199,4 +207,5 @@ class SessionPlayback:
         position = self._positions[name][call_key]
         self._positions[name][call_key] += 1
         step = recorded[min(position, len(recorded) - 1)]  # past the end: the last one again
-        return Played(step, name, {"ordered": f"{position + 1} of {len(recorded)}"})
+        exchange = self.recordings.answer(step)
+        return None if exchange is None else Played(exchange, {"ordered": f"{position + 1} of {len(recorded)}"})
