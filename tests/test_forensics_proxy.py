@@ -331,6 +331,15 @@ def test_trials_of_an_unmodified_agent_give_pass_k_from_traffic_alone(tmp_path):
         assert overall["pass^k"][str(k)] == pytest.approx(expected_hat)
         assert overall["pass@k"][str(k)] == pytest.approx(expected_at)
     assert "pass^4" in result.output and "pass@4" in result.output
+    # The report lists each query with its verdict in each trial, and draws pass^k.
+    from stbeval.report_data import build_document
+
+    run = build_document([tmp_path / "eval"])["runs"][0]
+    assert run["pass_k"]["k"] == [1, 2, 3, 4] and run["pass_k"]["pass^k"] == [overall["pass^k"][str(k)]
+                                                                               for k in range(1, 5)]
+    assert [m["label"] for m in run["metrics"]] == ["SoPR", "pass^4", "pass@4"]
+    statuses = {q["id"]: q["status"] for q in run["queries"]}
+    assert statuses == {qid: ["solved" if p else "unsolved" for p in finals[qid]] for qid in queries}
 
 
 def test_trials_and_ordered_replay_hold_with_several_workers(tmp_path):
