@@ -222,6 +222,11 @@ REPORT_EXAMPLE = """\b
 Example:
   stbproxy eval report runs/cot runs/dfs runs/my_agent_vs_ref \\
       --out runs/report --chart runs/report/sopr.png
+
+\b
+One page to read, filter and compare (no network needed to open it):
+  stbproxy eval report runs/my_agent runs/my_agent_vs_ref --html report.html \\
+      --baseline runs/my_agent_last_week
 """
 
 
@@ -391,12 +396,25 @@ def solvable_cmd(queries: Path, out: Path, **opts: Any) -> None:
 @click.option("--chart", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG bar chart of SoPR per group [default: OUT/sopr.png when --out is given].")
 @click.option("--title", default="SoPR by group", show_default=True, help="Chart title.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write one self-contained HTML page here: the summary, every query of the first run with "
+                   "its trajectory (where each answer came from), filters and search.")
+@click.option("--baseline", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="With --html: a run folder to compare with, query by query.")
+@click.option("--stability", "stability_data", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="With --html: the curves 'stbproxy eval stability --data FILE' wrote, drawn in the "
+                                 "summary.")
 @_handle_errors
-def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, title: str) -> None:
-    """Combine run folders into one table (and a chart of the pass-rate runs)."""
+def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, title: str, html_out: Path | None,
+               baseline: Path | None, stability_data: Path | None) -> None:
+    """Combine run folders into one table (and a chart of the pass-rate runs), or one HTML page."""
+    if (baseline or stability_data) and html_out is None:
+        raise click.UsageError("--baseline and --stability shape the HTML page: give --html OUT.html too")
     summaries = [report.load_summary(run) for run in runs]
     text = report.render(summaries)
     click.echo(text, nl=False)
+    if html_out is not None:
+        _write_html(list(runs), html_out, baseline, stability_data)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.md").write_text(text, encoding="utf-8")
@@ -414,6 +432,19 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, tit
     if chart is not None and any(s["kind"] == "pass_rate" for s in summaries):
         report.bar_chart(summaries, chart, title=title)
         click.echo(f"chart written to {chart}", err=True)
+
+
+def _write_html(runs: list[Path], out: Path, baseline: Path | None, stability_data: Path | None) -> None:
+    from .answers import read_json
+    from .html_report import render
+    from .report_data import build_document
+
+    stability = read_json(stability_data) if stability_data is not None else None
+    document = build_document(runs, baseline=baseline, stability=stability)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(document), encoding="utf-8")
+    queries = len(document["runs"][0]["queries"])
+    click.echo(f"report written to {out} ({queries} queries)", err=True)
 
 
 @eval_group.command("convert")

@@ -66,3 +66,18 @@ def test_bench_openapi_quick():
     assert "as 'bench-tools': 1 operation" in out, out
     assert re.search(r"CPU per hit at concurrency 16: OpenAPI operation [\d.]+ ms, plain HTTP [\d.]+ ms: [\d.]+", out), out
     assert "all answers checked" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(),
+                    reason="needs Debian's chromium package (apt-get install chromium)")
+def test_bench_report_quick():
+    pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python (pip install playwright)",
+                        exc_type=ImportError)
+    out = run_script("bench_report.py", timeout=80)
+    assert re.search(r"page size: [\d.]+ MB \(target < 5 MB: met\)", out), out
+    assert re.search(r"time to interactive \(median of 2\): report \d+ ms, baseline \(parse only\) \d+ ms: "
+                     r"ratio [\d.]+", out), out
+    assert re.search(r"target < 2 s: (met|MISSED)", out), out
+    assert "all loads checked" in out, out

@@ -108,3 +108,44 @@ def test_a_run_folder_without_query_lines_says_how_to_get_them(runs, tmp_path):
 ])
 def test_secrets_are_masked_in_every_text_kept(text, shown):
     assert masked(text) == shown
+
+
+def test_eval_report_writes_a_page_that_opens_offline_in_a_browser(runs):
+    """The whole way: run folders scored from traffic, `eval report --html`, the page in
+    Debian's Chromium with every request blocked."""
+    from tests.stbeval.test_html_report_browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright
+
+    if sync_playwright is None or not CHROMIUM.exists():
+        pytest.skip("needs Playwright for Python and Debian's chromium package (apt-get install chromium)")
+    before, after, tmp = runs
+    page_file = tmp / "after.html"
+    result = CliRunner().invoke(main, ["eval", "report", str(after), "--html", str(page_file),
+                                       "--baseline", str(before)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"report written to {page_file} (2 queries)" in result.stderr
+    document = build_document([after], baseline=before)
+    paris = next(q for q in document["runs"][0]["queries"] if q["id"] == "1")
+    errors, requests_seen = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            url = page_file.as_uri()
+            page.route("**/*", lambda route: route.continue_() if route.request.url == url
+                       else (requests_seen.append(route.request.url), route.abort()))
+            page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(url)
+            page.wait_for_function("document.body.dataset.ready === '1'")
+            rows = page.locator('[data-testid="query-row"]')
+            assert rows.count() == 2
+            page.locator('[data-testid="query-row"][data-id="1"]').click()
+            trajectory = page.get_by_test_id("trajectory")
+            assert trajectory.get_by_test_id("step").count() == len(paris["trajectory"])
+            text = trajectory.inner_text()
+            weather = next(s for s in paris["trajectory"] if s["role"] == "tool")
+            assert "get_weather" in text and "upstream" in text and weather["key"] in text
+            assert "30.0" in text and "scripted <b>reason</b>" in text  # the judge's reason, as text
+        finally:
+            browser.close()
+    assert errors == [] and requests_seen == []

@@ -1,0 +1,548 @@
+"""The style sheet and script of the HTML report (html_report.py puts both inline).
+
+The script reads the document from ``#stb-data`` (and the source colours from
+``#stb-colors``), keeps the queries as an array it filters and sorts, and shows one page of
+rows at a time; a row opens its trajectory below it. It builds every node with
+``createElement`` and ``textContent``: no text of the data is ever parsed as HTML.
+"""
+
+CSS = """
+:root{--bg:#f6f7f9;--panel:#fff;--ink:#1f2933;--muted:#5f6b7a;--line:#e3e7ec;--accent:#2563eb;
+--solved:#15803d;--unsolved:#b91c1c;--unsure:#b45309;--unscored:#6b7280;--changed:#fff7e0;--changed-edge:#d97706;
+--mono:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono","Liberation Mono",monospace;}
+*{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{margin:0;background:var(--bg);color:var(--ink);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,
+"Helvetica Neue","Noto Sans","Liberation Sans",Arial,sans-serif}
+header.top{background:#111827;color:#f9fafb;padding:18px 28px 16px}
+header.top h1{margin:2px 0 0;font-size:21px;font-weight:600;letter-spacing:.1px}
+.brand{font-size:11px;text-transform:uppercase;letter-spacing:1.4px;color:#9ca3af}
+main{max-width:1400px;margin:0 auto;padding:18px 24px 8px}
+footer{max-width:1400px;margin:0 auto;padding:10px 24px 28px;font-size:12px}
+h2{font-size:17px;margin:22px 0 10px}
+h3{font-size:13px;margin:0 0 10px;color:var(--muted);font-weight:600;text-transform:uppercase;letter-spacing:.5px}
+.muted{color:var(--muted)}
+code,pre{font-family:var(--mono);font-size:12.5px}
+.runs-line{display:flex;flex-direction:column;gap:6px;margin-bottom:14px}
+.run{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
+.run code{color:var(--muted);font-size:12px;word-break:break-all}
+.run-role{font-size:11px;text-transform:uppercase;letter-spacing:.6px;padding:1px 7px;border-radius:9px;
+background:#dbeafe;color:#1e3a8a;font-weight:600}
+.run-role.baseline{background:#e5e7eb;color:#374151}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(220px,1fr));gap:12px;margin-bottom:14px}
+.card,.panel{background:var(--panel);border:1px solid var(--line);border-radius:10px;
+box-shadow:0 1px 2px rgba(16,24,40,.04)}
+.card{padding:12px 14px}
+.card-label{font-size:12px;color:var(--muted);font-weight:600;text-transform:uppercase;letter-spacing:.5px}
+.card-value{font-size:28px;font-weight:650;margin-top:2px;font-variant-numeric:tabular-nums}
+.card-value .unit{font-size:15px;font-weight:500;margin-left:2px;color:var(--muted)}
+.card-value .std{font-size:14px;font-weight:500;margin-left:8px;color:var(--muted)}
+.card-base{font-size:13px;margin-top:2px;font-variant-numeric:tabular-nums}
+.card-detail{font-size:12px;color:var(--muted);margin-top:6px}
+.delta{font-weight:600;margin-left:4px;padding:0 5px;border-radius:6px;white-space:nowrap}
+.delta.up{color:#14532d;background:#dcfce7}.delta.down{color:#7f1d1d;background:#fee2e2}.delta.same{color:#374151;background:#f3f4f6}
+.panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:12px}
+.panel{padding:14px 16px}
+.panel.wide{grid-column:1/-1}
+.note{font-size:12px;color:var(--muted);margin:6px 0 0}
+svg.chart{width:100%;height:auto;display:block}
+svg .grid{stroke:#eceff3}svg .axis,svg .tickmark{stroke:#9aa5b1}
+svg .tick,svg .legend,svg .value{font-size:11px;fill:#4b5563;font-family:inherit}
+svg .value{fill:#1f2933}svg .muted{fill:#9aa5b1}
+svg .axis-label{font-size:11.5px;fill:#374151;font-family:inherit}
+svg .series{fill:none;stroke-width:2.2;stroke-linejoin:round}
+svg.stack{width:100%;height:18px;display:block;border-radius:5px;overflow:hidden}
+.stack.empty{height:18px;border-radius:5px;background:#eef0f3}
+.stack-block+.stack-block{margin-top:14px}
+.stack-head{display:flex;justify-content:space-between;font-size:12px;margin-bottom:4px}
+.legend-list{list-style:none;padding:0;margin:8px 0 0;display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:3px 14px}
+.legend-list li{display:flex;align-items:center;gap:6px;font-size:13px}
+.legend-list .num{margin-left:auto;font-variant-numeric:tabular-nums;font-weight:600}
+.legend-list .pct{width:48px;text-align:right;font-size:12px;font-variant-numeric:tabular-nums}
+svg.dot{width:10px;height:10px;flex:none}
+.table-wrap{overflow-x:auto}
+table{border-collapse:collapse;width:100%}
+table.runs th,table.runs td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;font-size:13px}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+.queries{margin-top:6px}
+.toolbar{display:flex;flex-wrap:wrap;gap:10px 14px;align-items:flex-end;background:var(--panel);
+border:1px solid var(--line);border-radius:10px;padding:12px 14px}
+.control{display:flex;flex-direction:column;gap:3px}
+.control.grow{flex:1 1 240px}
+.control label,.label-spacer{font-size:12px;color:var(--muted);font-weight:600}
+input[type=search],select{font:inherit;font-size:13.5px;padding:6px 9px;border:1px solid #c9d1db;border-radius:7px;
+background:#fff;color:var(--ink);min-height:34px}
+input[type=search]:focus,select:focus,button:focus-visible{outline:2px solid var(--accent);outline-offset:1px}
+button{font:inherit;font-size:13px;border-radius:7px;border:1px solid transparent;padding:6px 12px;cursor:pointer;
+background:var(--accent);color:#fff;min-height:32px}
+button.secondary{background:#fff;color:#1f2933;border-color:#c9d1db}
+button.secondary:hover:not(:disabled){background:#f1f5f9}
+button:disabled{opacity:.45;cursor:default}
+button.link{background:none;border:none;color:#1d4ed8;padding:2px 0;min-height:0;font-size:12.5px;text-decoration:underline}
+.listbar{display:flex;justify-content:space-between;align-items:center;margin:12px 2px 8px;gap:10px;flex-wrap:wrap}
+#count{font-weight:600}
+.pager{display:flex;align-items:center;gap:10px}
+table.qtable{background:var(--panel);border:1px solid var(--line);border-radius:10px;border-collapse:separate;border-spacing:0;overflow:hidden}
+.qtable th{font-size:12px;text-align:left;color:var(--muted);font-weight:600;padding:8px 10px;background:#f9fafb;
+border-bottom:1px solid var(--line);white-space:nowrap}
+.qtable td{padding:7px 10px;border-bottom:1px solid #eef0f3;vertical-align:top;font-size:13px}
+.qtable tr.qrow{cursor:pointer}
+.qtable tr.qrow:hover td{background:#f5f8ff}
+.qtable tr.qrow.open td{background:#eef4ff}
+.qtable tr.qrow.changed td:first-child{box-shadow:inset 4px 0 0 var(--changed-edge)}
+.qtable tr.qrow.changed td{background:var(--changed)}
+.qtable tr.qrow.changed.open td{background:#fdeec4}
+.qtable .qcol{width:46%}
+.qid{font-family:var(--mono);font-weight:600;color:#1d4ed8;background:none;border:none;padding:0;min-height:0;
+font-size:12.5px;text-align:left;cursor:pointer}
+.qtext{display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;overflow:hidden;color:#374151}
+.group{font-size:12px;color:#374151;white-space:nowrap}
+.pills{display:flex;gap:3px;flex-wrap:nowrap}
+.pill{display:inline-flex;align-items:center;justify-content:center;min-width:22px;height:20px;border-radius:10px;
+font-size:11.5px;font-weight:700;color:#fff;padding:0 6px}
+.pill.solved{background:var(--solved)}.pill.unsolved{background:var(--unsolved)}.pill.unsure{background:var(--unsure)}
+.pill.unscored,.pill.missing,.pill.other{background:var(--unscored)}
+.pills.faint .pill{background:#fff;border:1.5px solid currentColor;font-weight:700}
+.pills.faint .pill.solved{color:var(--solved)}.pills.faint .pill.unsolved{color:var(--unsolved)}
+.pills.faint .pill.unsure{color:var(--unsure)}.pills.faint .pill.unscored,.pills.faint .pill.missing,.pills.faint .pill.other{color:var(--unscored)}
+.badges{display:flex;flex-wrap:wrap;gap:4px;min-width:300px}
+.badge{display:inline-flex;align-items:center;gap:5px;border:1px solid var(--line);border-radius:10px;padding:0 7px;
+font-size:11.5px;line-height:19px;background:#fff;white-space:nowrap;color:#1f2933}
+.badge .bdot{width:8px;height:8px;border-radius:50%;display:inline-block}
+.badge b{font-variant-numeric:tabular-nums}
+.was{font-size:11px;color:var(--muted);white-space:nowrap}
+.tag{display:inline-block;font-size:11px;font-weight:600;border-radius:6px;padding:0 6px;background:#fde68a;color:#78350f;margin-left:4px}
+tr.detail>td{background:#fbfcfe;padding:0;border-bottom:2px solid #c7d2fe}
+.trajectory{padding:14px 18px 18px;max-width:1200px}
+.traj-head{display:flex;flex-wrap:wrap;gap:8px 18px;align-items:center;margin-bottom:8px}
+.traj-head .qid-big{font-family:var(--mono);font-weight:700}
+.traj-query{white-space:pre-wrap;font-size:14px;margin:0 0 12px;padding:10px 12px;background:#fff;border:1px solid var(--line);border-radius:8px}
+.traj-base{font-size:13px;margin:-4px 0 12px;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
+ol.steps{list-style:none;margin:0;padding:0;counter-reset:step}
+li.step{position:relative;background:#fff;border:1px solid var(--line);border-radius:8px;padding:9px 12px 10px 46px;margin-bottom:8px}
+li.step::before{counter-increment:step;content:counter(step);position:absolute;left:12px;top:10px;width:22px;height:22px;
+border-radius:50%;background:#eef2f7;color:#374151;font-size:11.5px;font-weight:700;display:flex;align-items:center;justify-content:center}
+li.step.changed{border-color:var(--changed-edge);box-shadow:inset 3px 0 0 var(--changed-edge)}
+.step-head{display:flex;flex-wrap:wrap;align-items:center;gap:8px;margin-bottom:4px}
+.role{font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.6px;padding:1px 7px;border-radius:6px;background:#e5e7eb;color:#374151}
+.role.assistant{background:#dbeafe;color:#1e3a8a}.role.tool{background:#ede9fe;color:#4c1d95}
+.role.user{background:#dcfce7;color:#14532d}.role.system{background:#f3f4f6;color:#4b5563}
+.key{font-family:var(--mono);font-size:11.5px;color:var(--muted);word-break:break-all}
+.block-label{font-size:11.5px;font-weight:600;color:var(--muted);margin:6px 0 2px;text-transform:uppercase;letter-spacing:.4px}
+pre.text,pre.code{white-space:pre-wrap;word-break:break-word;margin:0;padding:7px 9px;border-radius:6px;max-height:none}
+pre.text{font-family:inherit;font-size:13.5px;background:none;padding:0 0 2px}
+pre.code{background:#f6f8fa;border:1px solid #eceff3}
+.toolname{font-family:var(--mono);font-weight:700;color:#4c1d95}
+.final{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px 12px;margin-top:12px}
+.reasons{margin:6px 0 0;padding:0;list-style:none}
+.reasons li{display:flex;gap:8px;align-items:flex-start;margin:4px 0;font-size:13px}
+.empty-row td{text-align:center;color:var(--muted);padding:26px}
+.error-box{background:#fee2e2;color:#7f1d1d;border:1px solid #fecaca;border-radius:8px;padding:10px 12px;margin:10px 0}
+@media (max-width:760px){main{padding:12px}.qtable .qcol{width:auto}.toolbar{padding:10px}}
+"""
+
+SCRIPT = r"""
+(function () {
+  "use strict";
+  var PAGE_SIZE = 100;
+  var ANSWER_LIMIT = 400;
+  var TEXT_LIMIT = 900;
+  var STATUS = {solved: "\u2713", unsolved: "\u2717", unsure: "?", unscored: "\u2013", missing: "\u2013"};
+
+  function byId(id) { return document.getElementById(id); }
+  function isObj(x) { return x !== null && typeof x === "object" && !Array.isArray(x); }
+  function arr(x) { return Array.isArray(x) ? x : []; }
+  function str(x) { return x === null || x === undefined ? "" : String(x); }
+  function num(x) { return typeof x === "number" && isFinite(x) ? x : null; }
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = text;
+    return node;
+  }
+  function readJSON(id) {
+    var node = byId(id);
+    if (!node) return null;
+    try { return JSON.parse(node.textContent); } catch (err) { return null; }
+  }
+
+  var doc = readJSON("stb-data");
+  var colors = readJSON("stb-colors") || {};
+  var broken = !isObj(doc);
+  if (broken) doc = {};
+  var runs = arr(doc.runs);
+  var main = isObj(runs[0]) ? runs[0] : {};
+  var hasBaseline = isObj(doc.baseline);
+  var KNOWN = ["upstream", "cache", "simulated", "injected", "error", "imported"];
+  var collator = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
+
+  function sourceRank(name) { var i = KNOWN.indexOf(name); return i < 0 ? KNOWN.length : i; }
+  function sortSources(names) {
+    return names.slice().sort(function (a, b) { return sourceRank(a) - sourceRank(b) || collator.compare(a, b); });
+  }
+  function countSteps(trajectory) {
+    var counts = {};
+    trajectory.forEach(function (step) {
+      if (isObj(step) && step.source) counts[str(step.source)] = (counts[str(step.source)] || 0) + 1;
+    });
+    return counts;
+  }
+  function sameList(a, b) {
+    if (a.length !== b.length) return false;
+    for (var i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+  function changesOf(query, status, steps, base) {
+    if (Array.isArray(base.changed)) return base.changed.map(str);
+    var out = [];
+    if (!sameList(status, arr(base.status).map(str))) out.push("status");
+    if (num(base.steps) !== null && base.steps !== steps) out.push("steps");
+    if (arr(base.changed_steps).length) out.push("answers");
+    return out;
+  }
+
+  var items = arr(main.queries).filter(isObj).map(function (q, index) {
+    var status = arr(q.status).map(str);
+    var trajectory = arr(q.trajectory);
+    var sources = isObj(q.sources) ? q.sources : countSteps(trajectory);
+    var steps = num(q.steps);
+    var base = hasBaseline && isObj(q.baseline) ? q.baseline : null;
+    var changed = base ? changesOf(q, status, steps, base) : [];
+    var calls = 0;
+    Object.keys(sources).forEach(function (k) { calls += num(sources[k]) || 0; });
+    return {
+      q: q, index: index, id: str(q.id), status: status, steps: steps, sources: sources, calls: calls,
+      trajectory: trajectory, base: base, changed: changed,
+      search: (str(q.id) + "\n" + str(q.query)).toLowerCase(),
+      solvedAny: status.indexOf("solved") >= 0,
+      solvedAll: status.length > 0 && status.every(function (s) { return s === "solved"; }),
+      unsolvedAll: status.length > 0 && status.every(function (s) { return s === "unsolved"; }),
+      unsure: status.indexOf("unsure") >= 0,
+      unscored: status.some(function (s) { return s === "unscored" || s === "missing"; })
+    };
+  });
+
+  var STATUS_TESTS = {
+    "all": function () { return true; },
+    "solved-any": function (it) { return it.solvedAny; },
+    "solved-all": function (it) { return it.solvedAll; },
+    "unsolved-all": function (it) { return it.unsolvedAll; },
+    "unsure": function (it) { return it.unsure; },
+    "unscored": function (it) { return it.unscored; },
+    "changed": function (it) { return it.changed.length > 0; }
+  };
+  function byIdOrder(a, b) { return collator.compare(a.id, b.id) || a.index - b.index; }
+  function stepsOf(it, missing) { return it.steps === null ? missing : it.steps; }
+  var SORTS = {
+    "id-asc": byIdOrder,
+    "id-desc": function (a, b) { return byIdOrder(b, a); },
+    "steps-asc": function (a, b) { return stepsOf(a, Infinity) - stepsOf(b, Infinity) || byIdOrder(a, b); },
+    "steps-desc": function (a, b) { return stepsOf(b, -Infinity) - stepsOf(a, -Infinity) || byIdOrder(a, b); }
+  };
+  var sorted = {};
+  function order(name) {
+    if (!SORTS[name]) name = "id-asc";
+    if (!sorted[name]) sorted[name] = items.slice().sort(SORTS[name]);
+    return sorted[name];
+  }
+
+  var controls = {
+    search: byId("search"), status: byId("filter-status"), source: byId("filter-source"), sort: byId("sort"),
+    reset: byId("reset"), prev: byId("prev-page"), next: byId("next-page"), count: byId("count"),
+    pageLabel: byId("page-label"), rows: byId("rows")
+  };
+  var state = {shown: [], page: 0, open: null};
+
+  function filter() {
+    var words = str(controls.search && controls.search.value).toLowerCase().split(/\s+/).filter(Boolean);
+    var test = STATUS_TESTS[controls.status ? controls.status.value : "all"] || STATUS_TESTS.all;
+    var source = controls.source ? controls.source.value : "";
+    state.shown = order(controls.sort ? controls.sort.value : "id-asc").filter(function (it) {
+      if (!test(it)) return false;
+      if (source === "none") { if (it.calls > 0) return false; }
+      else if (source && !((num(it.sources[source]) || 0) > 0)) return false;
+      for (var i = 0; i < words.length; i++) if (it.search.indexOf(words[i]) < 0) return false;
+      return true;
+    });
+    state.page = 0;
+    render();
+  }
+
+  function pills(status, faint) {
+    var box = el("span", "pills" + (faint ? " faint" : ""));
+    if (!status.length) box.appendChild(el("span", "muted", "\u2013"));
+    status.forEach(function (s, i) {
+      var known = Object.prototype.hasOwnProperty.call(STATUS, s);
+      var pill = el("span", "pill " + (known ? s : "other"), known ? STATUS[s] : "\u2013");
+      pill.title = "round " + (i + 1) + ": " + (s || "unknown");
+      pill.setAttribute("aria-label", pill.title);
+      box.appendChild(pill);
+    });
+    return box;
+  }
+  function sourceBadge(name, count) {
+    var badge = el("span", "badge");
+    badge.dataset.source = name;
+    var dot = el("span", "bdot");
+    dot.style.background = colors[name] || "#64748b";
+    badge.appendChild(dot);
+    badge.appendChild(document.createTextNode(name));
+    if (count !== undefined && count !== null) badge.appendChild(el("b", "", String(count)));
+    return badge;
+  }
+  function plural(n, word) { return n === null ? "\u2013 " + word + "s" : n + " " + word + (n === 1 ? "" : "s"); }
+  function shorten(text, limit) { return text.length > limit ? text.slice(0, limit - 1) + "\u2026" : text; }
+
+  function row(it) {
+    var tr = el("tr", "qrow" + (it.changed.length ? " changed" : "") + (state.open === it ? " open" : ""));
+    tr.dataset.testid = "query-row";
+    tr.dataset.index = String(it.index);
+    tr.dataset.id = it.id;
+    if (it.changed.length) tr.dataset.changed = it.changed.join(",");
+    var idCell = el("td");
+    var button = el("button", "qid", it.id || "(no id)");
+    button.type = "button";
+    button.setAttribute("aria-expanded", state.open === it ? "true" : "false");
+    button.setAttribute("aria-label", "Open the trajectory of query " + it.id);
+    idCell.appendChild(button);
+    if (it.changed.length) {
+      var tag = el("span", "tag", "\u0394");
+      tag.title = "changed vs baseline: " + it.changed.join(", ");
+      idCell.appendChild(tag);
+    }
+    tr.appendChild(idCell);
+    tr.appendChild(el("td", "group", str(it.q.group)));
+    var statusCell = el("td");
+    statusCell.appendChild(pills(it.status, false));
+    tr.appendChild(statusCell);
+    if (hasBaseline) {
+      var baseCell = el("td");
+      if (it.base) baseCell.appendChild(pills(arr(it.base.status).map(str), true));
+      else baseCell.appendChild(el("span", "muted", "not in baseline"));
+      tr.appendChild(baseCell);
+    }
+    var stepsCell = el("td", "num", it.steps === null ? "\u2013" : String(it.steps));
+    if (it.base && num(it.base.steps) !== null && it.base.steps !== it.steps) {
+      stepsCell.appendChild(el("div", "was", "was " + it.base.steps));
+    }
+    tr.appendChild(stepsCell);
+    var srcCell = el("td");
+    var badges = el("div", "badges");
+    sortSources(Object.keys(it.sources)).forEach(function (name) {
+      var n = num(it.sources[name]);
+      if (n) badges.appendChild(sourceBadge(name, n));
+    });
+    if (!badges.childNodes.length) badges.appendChild(el("span", "muted", "no calls"));
+    srcCell.appendChild(badges);
+    tr.appendChild(srcCell);
+    var queryCell = el("td");
+    var text = str(it.q.query);
+    var div = el("div", "qtext", shorten(text, 220));
+    if (text.length) div.title = shorten(text, 1200);
+    queryCell.appendChild(div);
+    tr.appendChild(queryCell);
+    return tr;
+  }
+
+  function prettyJSON(text) {
+    var t = text.trim();
+    var c = t.charAt(0);
+    if (c !== "{" && c !== "[") return null;
+    var value;
+    try { value = JSON.parse(t); } catch (err) { return null; }
+    var line = JSON.stringify(value, null, 1).replace(/\n\s*/g, " ");  // JSON escapes newlines in strings
+    return line.length <= 100 ? line : JSON.stringify(value, null, 2);
+  }
+  function longBlock(text, limit, cls) {
+    var box = el("div", "long");
+    var pre = el("pre", cls);
+    box.appendChild(pre);
+    if (text.length <= limit) { pre.textContent = text; return box; }
+    var full = false;
+    var toggle = el("button", "link");
+    toggle.type = "button";
+    function paint() {
+      pre.textContent = full ? text : text.slice(0, limit) + "\u2026";
+      toggle.textContent = full ? "show less" : "show all (" + text.length + " characters)";
+      toggle.setAttribute("aria-expanded", full ? "true" : "false");
+    }
+    toggle.addEventListener("click", function (event) { event.stopPropagation(); full = !full; paint(); });
+    paint();
+    box.appendChild(toggle);
+    return box;
+  }
+  function labelled(label, node) {
+    var wrap = el("div");
+    wrap.appendChild(el("div", "block-label", label));
+    wrap.appendChild(node);
+    return wrap;
+  }
+
+  function stepNode(step, index, changedSteps) {
+    var li = el("li", "step" + (changedSteps.indexOf(index) >= 0 ? " changed" : ""));
+    li.dataset.testid = "step";
+    if (!isObj(step)) { li.appendChild(el("span", "muted", "(empty step)")); return li; }
+    var head = el("div", "step-head");
+    var role = str(step.role) || "step";
+    head.appendChild(el("span", "role " + role.replace(/[^a-z]/gi, ""), role));
+    var tool = isObj(step.tool) ? step.tool : null;
+    if (tool) head.appendChild(el("span", "toolname", str(tool.name) || "(unnamed tool)"));
+    if (step.source) head.appendChild(sourceBadge(str(step.source)));
+    if (changedSteps.indexOf(index) >= 0) {
+      var tag = el("span", "tag", "changed vs baseline");
+      head.appendChild(tag);
+    }
+    li.appendChild(head);
+    var text = str(step.text);
+    if (text) li.appendChild(longBlock(text, TEXT_LIMIT, "text"));
+    if (tool) {
+      var args = str(tool.arguments);
+      if (args) li.appendChild(labelled("arguments", longBlock(prettyJSON(args) || args, TEXT_LIMIT, "code")));
+    }
+    if (step.answer !== null && step.answer !== undefined) {
+      var answer = str(step.answer);
+      li.appendChild(labelled("answer", answer ? longBlock(prettyJSON(answer) || answer, ANSWER_LIMIT, "code")
+        : el("span", "muted", "(empty)")));
+    }
+    if (step.key) {
+      var key = el("div", "key", "key " + str(step.key));
+      li.appendChild(key);
+    }
+    return li;
+  }
+
+  function trajectory(it) {
+    var box = el("div", "trajectory");
+    box.dataset.testid = "trajectory";
+    var head = el("div", "traj-head");
+    head.appendChild(el("span", "qid-big", it.id));
+    if (it.q.group) head.appendChild(el("span", "group", str(it.q.group)));
+    head.appendChild(pills(it.status, false));
+    head.appendChild(el("span", "muted", plural(it.steps, "step") + ", " + plural(it.calls, "call")));
+    box.appendChild(head);
+    box.appendChild(el("div", "traj-query", str(it.q.query) || "(no query text)"));
+    if (it.base) {
+      var base = el("div", "traj-base");
+      base.appendChild(el("span", "muted", "baseline:"));
+      base.appendChild(pills(arr(it.base.status).map(str), true));
+      base.appendChild(el("span", "muted", plural(num(it.base.steps), "step")));
+      base.appendChild(el("span", it.changed.length ? "tag" : "muted",
+        it.changed.length ? "changed: " + it.changed.join(", ") : "unchanged"));
+      box.appendChild(base);
+    }
+    var changedSteps = it.base ? arr(it.base.changed_steps).map(Number) : [];
+    var list = el("ol", "steps");
+    it.trajectory.forEach(function (step, i) { list.appendChild(stepNode(step, i, changedSteps)); });
+    if (!it.trajectory.length) box.appendChild(el("p", "muted", "No trajectory recorded."));
+    box.appendChild(list);
+    var final = el("div", "final");
+    final.appendChild(el("div", "block-label", "final answer"));
+    var answer = str(it.q.final_answer);
+    final.appendChild(answer ? longBlock(answer, TEXT_LIMIT, "text") : el("span", "muted", "(none)"));
+    var reasons = arr(it.q.reasons);
+    var rounds = Math.max(reasons.length, it.status.length);
+    if (rounds) {
+      final.appendChild(el("div", "block-label", "judge"));
+      var ul = el("ul", "reasons");
+      for (var r = 0; r < rounds; r++) {
+        var li = el("li");
+        li.appendChild(pills(it.status.length > r ? [it.status[r]] : ["unscored"], false));
+        li.appendChild(el("span", "muted", "round " + (r + 1)));
+        li.appendChild(el("span", "", str(reasons[r]) || "no reason given"));
+        ul.appendChild(li);
+      }
+      final.appendChild(ul);
+    }
+    box.appendChild(final);
+    return box;
+  }
+
+  function closeDetail() {
+    var open = controls.rows.querySelector("tr.detail");
+    if (open) open.parentNode.removeChild(open);
+    var prev = controls.rows.querySelector("tr.qrow.open");
+    if (prev) {
+      prev.classList.remove("open");
+      var b = prev.querySelector("button.qid");
+      if (b) b.setAttribute("aria-expanded", "false");
+    }
+  }
+  function openDetail(tr, it) {
+    closeDetail();
+    state.open = it;
+    tr.classList.add("open");
+    var b = tr.querySelector("button.qid");
+    if (b) b.setAttribute("aria-expanded", "true");
+    var detail = el("tr", "detail");
+    var cell = el("td");
+    cell.colSpan = tr.children.length;
+    cell.appendChild(trajectory(it));
+    detail.appendChild(cell);
+    tr.parentNode.insertBefore(detail, tr.nextSibling);
+  }
+
+  function render() {
+    var total = items.length, shown = state.shown.length;
+    var pages = Math.max(1, Math.ceil(shown / PAGE_SIZE));
+    if (state.page >= pages) state.page = pages - 1;
+    var start = state.page * PAGE_SIZE;
+    var slice = state.shown.slice(start, start + PAGE_SIZE);
+    controls.count.textContent = shown + " of " + total + " queries";
+    controls.pageLabel.textContent = shown ? "rows " + (start + 1) + "\u2013" + (start + slice.length) +
+      " \u00b7 page " + (state.page + 1) + " of " + pages : "";
+    controls.prev.disabled = state.page <= 0;
+    controls.next.disabled = state.page >= pages - 1;
+    var body = controls.rows;
+    body.textContent = "";
+    var fragment = document.createDocumentFragment();
+    var openRow = null;
+    slice.forEach(function (it) {
+      var tr = row(it);
+      if (state.open === it) openRow = tr;
+      fragment.appendChild(tr);
+    });
+    if (!slice.length) {
+      var empty = el("tr", "empty-row");
+      var td = el("td", "", total ? "No query matches these filters." : "This run lists no queries.");
+      td.colSpan = hasBaseline ? 7 : 6;
+      empty.appendChild(td);
+      fragment.appendChild(empty);
+    }
+    body.appendChild(fragment);
+    if (openRow) openDetail(openRow, state.open);
+  }
+
+  function wire() {
+    controls.search.addEventListener("input", filter);
+    [controls.status, controls.source, controls.sort].forEach(function (c) { c.addEventListener("change", filter); });
+    controls.reset.addEventListener("click", function () {
+      controls.search.value = "";
+      controls.status.value = "all";
+      controls.source.value = "";
+      controls.sort.value = "id-asc";
+      filter();
+    });
+    controls.prev.addEventListener("click", function () { if (state.page > 0) { state.page--; render(); } });
+    controls.next.addEventListener("click", function () { state.page++; render(); });
+    controls.rows.addEventListener("click", function (event) {
+      var target = event.target;
+      var tr = target && target.closest ? target.closest("tr.qrow") : null;
+      if (!tr || !controls.rows.contains(tr)) return;
+      if (window.getSelection && String(window.getSelection()).length && target.tagName !== "BUTTON") return;
+      var it = items[Number(tr.dataset.index)];
+      if (!it) return;
+      if (state.open === it) { closeDetail(); state.open = null; } else { openDetail(tr, it); }
+    });
+  }
+
+  if (broken) {
+    var box = el("div", "error-box", "The report's data could not be read: the page shows no queries.");
+    var section = document.querySelector("section.queries");
+    if (section) section.insertBefore(box, section.firstChild);
+  }
+  wire();
+  filter();
+  document.body.dataset.ready = "1";
+  window.stbReportReady = performance.now();
+})();
+"""
