@@ -149,3 +149,20 @@ def test_eval_report_writes_a_page_that_opens_offline_in_a_browser(runs):
         finally:
             browser.close()
     assert errors == [] and requests_seen == []
+
+
+def test_stability_curves_are_drawn_in_the_page_and_options_need_html(runs):
+    before, _after, tmp = runs
+    curves = {"title": "Stability", "x_label": "tools down (%)", "y_label": "calls with a valid answer (%)",
+              "series": [{"name": "with simulator (schema)", "points": [[0, 100], [50, 100]]},
+                         {"name": "without simulator", "points": [[0, 100], [50, 48.5]]}]}
+    data = tmp / "stability.json"
+    data.write_text(json.dumps(curves))
+    page = tmp / "with-stability.html"
+    result = CliRunner().invoke(main, ["eval", "report", str(before), "--html", str(page), "--stability", str(data)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "<svg" in text and "without simulator" in text and "tools down (%)" in text
+    refused = CliRunner().invoke(main, ["eval", "report", str(before), "--baseline", str(before)])
+    assert refused.exit_code == 2 and "give --html OUT.html too" in refused.output

@@ -42,11 +42,16 @@ def assert_passed_and_plotted(result: subprocess.CompletedProcess, png: Path) ->
 @pytest.mark.integration
 @pytest.mark.timeout(150)
 def test_the_command_runs_on_its_built_in_queries_with_no_option_but_quick(tmp_path):
-    result = stability("--quick", "--out", "plot/stability.png", cwd=tmp_path)
+    result = stability("--quick", "--out", "plot/stability.png", "--data", "plot/stability.json", cwd=tmp_path)
     assert_passed_and_plotted(result, tmp_path / "plot" / "stability.png")
     assert result.stdout.startswith("built-in synthetic queries: 40 calls to 40 APIs of 20 tools; fault seed 0\n")
+    # The curves as data, for the HTML report: every call valid at 0 % down, with and without the simulator.
+    curves = json.loads((tmp_path / "plot" / "stability.json").read_text())
+    assert [s["name"] for s in curves["series"]] == ["with simulator (schema)", "without simulator"]
+    assert [x for x, _y in curves["series"][0]["points"]] == [0, 10, 20, 50]
+    assert curves["series"][0]["points"][0][1] == curves["series"][1]["points"][0][1] == 100
     # The proxies' stores and the catalog are removed: only the plot is left behind.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot", "tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot", "tmp"]  # stability.png and .json in plot/
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
