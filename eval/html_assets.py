@@ -172,6 +172,7 @@ SCRIPT = r"""
   if (broken) doc = {};
   var runs = arr(doc.runs);
   var main = isObj(runs[0]) ? runs[0] : {};
+  var UNIT = main.status_of === "trials" ? "trial " : "round ";  // what each status pill stands for
   var hasBaseline = isObj(doc.baseline);
   var KNOWN = ["upstream", "cache", "simulated", "injected", "error", "imported"];
   var collator = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
@@ -447,7 +448,7 @@ SCRIPT = r"""
       for (var r = 0; r < rounds; r++) {
         var li = el("li");
         li.appendChild(pills(it.status.length > r ? [it.status[r]] : ["unscored"], false));
-        li.appendChild(el("span", "muted", "round " + (r + 1)));
+        li.appendChild(el("span", "muted", UNIT + (r + 1)));
         li.appendChild(el("span", "", str(reasons[r]) || "no reason given"));
         ul.appendChild(li);
       }

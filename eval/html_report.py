@@ -488,6 +488,7 @@ def _controls(queries: list[dict], has_baseline: bool) -> str:
 
 def _query_section(main: dict, has_baseline: bool, rounds: int) -> str:
     queries = [q for q in _list(main.get("queries")) if isinstance(q, dict)]
+    unit = "trial" if main.get("status_of") == "trials" else "round"  # what each status pill stands for
     base_col = '<th scope="col">baseline</th>' if has_baseline else ""
     return ('<section class="queries" aria-label="Queries"><h2>Queries</h2>'
             f"{_controls(queries, has_baseline)}"
@@ -498,7 +499,7 @@ def _query_section(main: dict, has_baseline: bool, rounds: int) -> str:
             'aria-label="Next page">Next ›</button></div></div>'
             '<div class="table-wrap"><table class="qtable"><thead><tr>'
             '<th scope="col">id</th><th scope="col">group</th>'
-            f'<th scope="col">status <span class="muted">({rounds} round{"s" if rounds != 1 else ""})</span></th>'
+            f'<th scope="col">status <span class="muted">({rounds} {unit}{"s" if rounds != 1 else ""})</span></th>'
             f'{base_col}<th scope="col" class="num">steps</th><th scope="col">calls by source</th>'
             '<th scope="col" class="qcol">query</th></tr></thead><tbody id="rows"></tbody></table></div></section>')
 
@@ -521,7 +522,7 @@ def render(document: dict) -> str:
                      if isinstance(s, dict) and s.get("source"))
     colors = source_colors(sorted(names))
     statuses = [len(_list(q.get("status"))) for q in queries]
-    rounds = int(_number(main.get("rounds")) or max(statuses, default=0))
+    rounds = int((main.get("status_of") != "trials" and _number(main.get("rounds"))) or max(statuses, default=0))
     title = str(doc.get("title") or "Evaluation report")
     policy = (f"default-src 'none'; script-src '{_script_hash(SCRIPT)}'; style-src 'unsafe-inline'; "
               "img-src data:; base-uri 'none'; form-action 'none'")

@@ -67,14 +67,21 @@ def _pass_rate_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -
                                        f"all {n} trials pass ({overall.get('queries', 0)} queries)"),
                                _metric(f"pass@{n}", 100 * overall["pass@k"][str(n)], None,
                                        f"at least one of {n} trials passes")]
-        run["queries"] = _trial_queries(folder)
+        run["queries"] = _trial_queries(folder, trials["count"])
+        run["status_of"] = "trials"
     else:
         run["queries"] = _read_queries(folder / "details" / QUERIES_FILE)
 
 
-def _trial_queries(folder: Path) -> list[dict[str, Any]]:
-    """A trials run lists trial 1's trajectories, with each trial's verdict as its status."""
+def _trial_queries(folder: Path, trials: int) -> list[dict[str, Any]]:
+    """A trials run lists trial 1's trajectories, with each trial's verdict as its status
+    and the judge's first reason in that trial as its reason."""
     queries = _read_queries(folder / "details" / "trial_1" / QUERIES_FILE)
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for trial in range(1, trials + 1):
+        for other in _read_queries(folder / "details" / f"trial_{trial}" / QUERIES_FILE):
+            first = next((reason for reason in other.get("reasons", []) if reason), "")
+            reasons.setdefault((other["group"], other["id"]), [""] * trials)[trial - 1] = first
     verdicts = {}
     table = folder / "details" / "trials.csv"
     if table.is_file():
@@ -83,7 +90,9 @@ def _trial_queries(folder: Path) -> list[dict[str, Any]]:
                 trials = sorted((k for k in row if k.startswith("trial_")), key=lambda k: int(k[6:]))
                 verdicts[(row["group"], row["query_id"])] = [_VERDICT_STATUS.get(row[k], row[k]) for k in trials]
     for query in queries:
-        query["status"] = verdicts.get((query["group"], query["id"]), query["status"])
+        where = (query["group"], query["id"])
+        query["status"] = verdicts.get(where, query["status"])
+        query["reasons"] = reasons.get(where, [])
     return queries
 
 

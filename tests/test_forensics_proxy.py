@@ -340,6 +340,10 @@ def test_trials_of_an_unmodified_agent_give_pass_k_from_traffic_alone(tmp_path):
     assert [m["label"] for m in run["metrics"]] == ["SoPR", "pass^4", "pass@4"]
     statuses = {q["id"]: q["status"] for q in run["queries"]}
     assert statuses == {qid: ["solved" if p else "unsolved" for p in finals[qid]] for qid in queries}
+    assert run["status_of"] == "trials" and all(len(q["reasons"]) == 4 for q in run["queries"])
+    from stbeval.html_report import render
+
+    assert "(4 trials)" in render(build_document([tmp_path / "eval"]))
 
 
 def test_trials_and_ordered_replay_hold_with_several_workers(tmp_path):
