@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from stbcore.volatile import same_answer
 
 from .errors import InputError
 from .report import load_summary
-from .report_queries import QUERIES_FILE, count_sources
+from .report_queries import QUERIES_FILE
 
 FORMAT = "stbeval-report/1"
 _VERDICT_STATUS = {"passed": "solved", "failed": "unsolved", "unscored": "unscored", "missing": "missing"}
@@ -40,11 +41,14 @@ def read_run(folder: Path) -> dict[str, Any]:
     readers = {"pass_rate": _pass_rate_run, "win_rate": _win_rate_run, "calls": _calls_run}
     if kind not in readers:
         raise InputError(f"{folder}: a {kind or 'unknown'} run has no report (pass-rate, win-rate and calls runs do)")
-    run = {"name": "", "folder": str(folder), "kind": kind, "rounds": summary.get("rounds") or 0, "metrics": [],
-           "groups": [], "pass_k": None, "sources": {}, "stability": None, "queries": []}
+    run = {"name": "", "folder": str(folder), "kind": kind, "rounds": summary.get("rounds") or 0,
+           "status_of": "rounds", "metrics": [], "groups": [], "pass_k": None, "sources": {}, "stability": None,
+           "queries": []}
     readers[kind](Path(folder), summary, run)
-    run["sources"] = count_sources(source for query in run["queries"] for source, n in query["sources"].items()
-                                   for _ in range(n))
+    totals: Counter[str] = Counter()
+    for query in run["queries"]:
+        totals.update(query.get("sources") or {})
+    run["sources"] = dict(totals)
     return run
 
 
