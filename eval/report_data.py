@@ -91,8 +91,8 @@ def _trial_queries(folder: Path, trials: int) -> list[dict[str, Any]]:
     if table.is_file():
         with table.open(encoding="utf-8", newline="") as handle:
             for row in csv.DictReader(handle):
-                trials = sorted((k for k in row if k.startswith("trial_")), key=lambda k: int(k[6:]))
-                verdicts[(row["group"], row["query_id"])] = [_VERDICT_STATUS.get(row[k], row[k]) for k in trials]
+                columns = sorted((k for k in row if k.startswith("trial_")), key=lambda k: int(k[6:]))
+                verdicts[(row["group"], row["query_id"])] = [_VERDICT_STATUS.get(row[k], row[k]) for k in columns]
     for query in queries:
         where = (query["group"], query["id"])
         query["status"] = verdicts.get(where, query["status"])
