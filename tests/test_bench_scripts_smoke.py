@@ -81,3 +81,12 @@ def test_bench_report_quick():
                      r"ratio [\d.]+", out), out
     assert re.search(r"target < 2 s: (met|MISSED)", out), out
     assert "all loads checked" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_bench_scale_quick():
+    out = run_script("bench_scale.py", timeout=110)
+    assert re.search(r"20,000 vs 2,000 entries \(10x\), 2,000 random hits each: disk per answer [\d.]+x, req/s [\d.]+x", out), out
+    assert "failed requests: 0" in out, out
+
