@@ -400,13 +400,31 @@ def _steps_text(answer: Any) -> tuple[str, str]:
 
 # --- chart ----------------------------------------------------------------------------
 
-def bar_chart(summaries: list[dict[str, Any]], path: str | Path, *, title: str = "SoPR by group") -> Path:
-    """Grouped bars of SoPR per group (and the average) with std error bars, one colour per method."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _finish(plt, fig, ax, path: str | Path, title: str) -> Path:
+    """A percent chart's common end: its scale, title and legend, written as PNG to ``path``."""
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def bar_chart(summaries: list[dict[str, Any]], path: str | Path, *, title: str = "SoPR by group") -> Path:
+    """Grouped bars of SoPR per group (and the average) with std error bars, one colour per method."""
+    plt = _pyplot()
     passes = [s for s in summaries if s["kind"] == "pass_rate"]
     if not passes:
         raise InputError("no pass-rate runs to chart")
@@ -424,25 +442,13 @@ def bar_chart(summaries: list[dict[str, Any]], path: str | Path, *, title: str =
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=20, ha="right")
     ax.set_ylabel("SoPR (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, title)
 
 
 def pass_k_chart(summary: dict[str, Any], path: str | Path, *, title: str = "pass@k and pass^k") -> Path:
     """pass@k and pass^k (%) against k over every counted query, from a summary of
     trials, with the run's SoPR as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     overall = (summary.get("trials") or {}).get("overall")
     if not overall or not overall["pass@k"]:
         raise InputError("no pass@k to chart (a run of repeated trials with counted queries)")
@@ -456,12 +462,4 @@ def pass_k_chart(summary: dict[str, Any], path: str | Path, *, title: str = "pas
     ax.set_xticks(ks)
     ax.set_xlabel("k (trials drawn)")
     ax.set_ylabel("%")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, title)

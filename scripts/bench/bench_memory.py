@@ -74,6 +74,27 @@ def fill(store_path: Path, entries: int) -> float:
     return time.perf_counter() - started
 
 
+def write_plan(path: Path, entries: int, hits: int, *, seed: int) -> Path:
+    """The load generator's plan: ``hits`` GETs of targets drawn at random from ``entries``,
+    each with the answer it must get."""
+    rng = random.Random(seed)
+    items = [[f"GET http://{HOST}{target(i)} HTTP/1.1\r\nHost: {HOST}\r\nAccept: application/json\r\n"
+              f"User-Agent: stbproxy-bench\r\n\r\n", body(i).decode("latin-1")]
+             for i in (rng.randrange(entries) for _ in range(hits))]
+    path.write_text(json.dumps({"kind": "plain", "expect": "x-stb-source: cache", "items": items}))
+    return path
+
+
+def random_hits(port: int, plan: Path, hits: int) -> dict:
+    """The load generator's result for ``hits`` requests of ``plan`` at concurrency 16."""
+    done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(port), "--plan", str(plan),
+                           "--requests", str(hits), "--concurrency", "16"],
+                          capture_output=True, text=True, env=child_env(), timeout=7200)
+    if done.returncode != 0:
+        raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -95,23 +116,12 @@ def main(argv: list[str]) -> int:
         seconds = fill(workdir / "store", entries)
         size = sum(f.stat().st_size for f in (workdir / "store").iterdir()) / 2**20
         print(f"store: {entries:,} answers written in {seconds:.1f} s, {size:.0f} MiB on disk")
-        rng = random.Random(13)
-        picks = [rng.randrange(entries) for _ in range(hits)]
-        items = [[f"GET http://{HOST}{target(i)} HTTP/1.1\r\nHost: {HOST}\r\nAccept: application/json\r\n"
-                  f"User-Agent: stbproxy-bench\r\n\r\n", body(i).decode("latin-1")] for i in picks]
-        plan = workdir / "plan.json"
-        plan.write_text(json.dumps({"kind": "plain", "expect": "x-stb-source: cache", "items": items}))
-        del items
+        plan = write_plan(workdir / "plan.json", entries, hits, seed=13)
         server = ServeProcess(workdir / "store", "--mode", "replay", "--simulator", "off",
                               confdir=workdir / "certs").start(120)
         pid = server.process.pid
         ready_kb = status_kb(pid, "VmRSS")
-        done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(server.port), "--plan", str(plan),
-                               "--requests", str(hits), "--concurrency", "16"],
-                              capture_output=True, text=True, env=child_env(), timeout=3600)
-        if done.returncode != 0:
-            raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr[-2000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = random_hits(server.port, plan, hits)
         after_kb, peak_kb = status_kb(pid, "VmRSS"), status_kb(pid, "VmHWM")
         print(f"{hits:,} random hits at concurrency 16: {result['rps']:.0f} req/s, p50 {result['p50_ms']:.2f} ms, "
               f"p99 {result['p99_ms']:.2f} ms, {result['failures']} failed")

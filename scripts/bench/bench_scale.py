@@ -27,8 +27,6 @@ Usage: python scripts/bench/bench_scale.py [--quick] [--sizes 100000,1000000,100
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import shutil
 import subprocess
 import sys
@@ -39,8 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.bench.bench_memory import HITLOAD, HOST, body, fill, status_kb, target  # noqa: E402
-from scripts.common import child_env  # noqa: E402
+from scripts.bench.bench_memory import fill, random_hits, status_kb, write_plan  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 DEFAULT_SIZES = (100_000, 1_000_000, 10_000_000)
@@ -69,12 +66,7 @@ def measure(entries: int, hits: int, workdir: Path) -> Row:
     store = workdir / f"store-{entries}"
     fill_s = fill(store, entries)
     disk = sum(f.stat().st_size for f in store.iterdir() if f.is_file()) / 2**20
-    rng = random.Random(entries)
-    picks = [rng.randrange(entries) for _ in range(hits)]
-    plan = workdir / "plan.json"
-    plan.write_text(json.dumps({"kind": "plain", "expect": "x-stb-source: cache", "items": [
-        [f"GET http://{HOST}{target(i)} HTTP/1.1\r\nHost: {HOST}\r\nAccept: application/json\r\n"
-         f"User-Agent: stbproxy-bench\r\n\r\n", body(i).decode("latin-1")] for i in picks]}))
+    plan = write_plan(workdir / "plan.json", entries, hits, seed=entries)
     server = ServeProcess(store, "--mode", "replay", "--simulator", "off", confdir=workdir / "certs")
     try:
         started = time.perf_counter()
@@ -82,12 +74,7 @@ def measure(entries: int, hits: int, workdir: Path) -> Row:
         cold_start = time.perf_counter() - started
         pid = server.process.pid
         ready_kb = status_kb(pid, "VmRSS")
-        done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(server.port), "--plan", str(plan),
-                               "--requests", str(hits), "--concurrency", "16"],
-                              capture_output=True, text=True, env=child_env(), timeout=7200)
-        if done.returncode != 0:
-            raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr[-2000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = random_hits(server.port, plan, hits)
         after_kb, peak_kb = status_kb(pid, "VmRSS"), status_kb(pid, "VmHWM")
     finally:
         server.stop()
