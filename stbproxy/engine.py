@@ -194,10 +194,9 @@ class Engine:
     def session_of(self, session: str | None) -> SessionRef | None:
         return session_ref(session) if session else None
 
-    @staticmethod
-    def in_trial(call: Call, ref: SessionRef | None) -> Call:
+    def in_trial(self, call: Call, ref: SessionRef | None) -> Call:
         """An agent's own LLM call is keyed per trial (its sampling differs); tool calls are not."""
-        if ref is None or ref.trial is None or call.kind != LlmApi.name:
+        if ref is None or ref.trial is None or not self.kinds.of(call).keyed_per_trial:
             return call
         return replace(call, key=trial_key(call.key, ref.trial))
 

@@ -109,6 +109,7 @@ def _or_none(parse, text: str | None):
         return None
 
 
+@lru_cache(maxsize=4096)  # on every request a session names: the same few strings again and again
 def completed(spec: str | None, fallback: str) -> str:
     """``spec`` with what it leaves unsaid taken from ``fallback`` (the session of the
     request's tunnel, or the run's): its name, its trial, its fork."""

@@ -20,6 +20,7 @@ def is_openai_endpoint(request: Request) -> bool:
 
 class LlmApi(BaseKind):
     name = "llm"
+    keyed_per_trial = True  # each trial samples the agent's model afresh
 
     def __init__(self) -> None:
         self._http = PlainHttp()

@@ -55,6 +55,7 @@ class TrafficKind(Protocol):
     between workers, so it is a plain string)."""
 
     name: str
+    keyed_per_trial: bool  # its calls are an agent's own turns: keyed per trial (forensics/naming.py)
 
     def call(self, request: Request, rules: KeyRules) -> Call | None:
         """The request as a call of this kind, or None when it is not one."""
@@ -95,6 +96,7 @@ class BaseKind:
     shapes itself."""
 
     name = "base"
+    keyed_per_trial = False  # a tool's answer is the same in every trial
 
     def miss_document(self, call: Call, explanation: dict) -> dict:
         return explanation
