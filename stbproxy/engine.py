@@ -435,8 +435,11 @@ class Engine:
             if stored is None:
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
-            return replace(self._cached(call.key, stored),
-                           note={"drift": {"verdict": "unreachable", "api": drift_api(call), "reason": reason}})
+            if exc.kind in CONFIGURATION_FAILURES:  # a setting to fix, not an API that is down: said at once
+                self._warn_once(call.host, f"no call to {call.host or 'this host'} can be verified until this is "
+                                           f"fixed: {reason}")
+            return replace(self._cached(call.key, stored), note={"drift": {
+                "verdict": "unreachable", "api": drift_api(call), "error_kind": exc.kind, "reason": reason}})
         judged = kind.judge(call, response, self.config.validity)
         updatable = self.config.update and judged.verdict.valid and judged.keep
         if stored is None:

@@ -363,3 +363,17 @@ def test_trials_and_ordered_replay_hold_with_several_workers(tmp_path):
                               headers={"X-Stb-Session": "w", "X-Stb-Trial": trial})
     assert states == ["queued", "running", "done", "done"] and world.calls["/job/5"] == 3
     assert llm.calls == 2
+
+
+def test_verify_names_a_tls_failure_as_a_setting_to_fix_and_serves_the_stored_answer(tmp_path, tls_upstream, test_ca):
+    store = tmp_path / "stb" / "store"
+    url = tls_upstream.url("/echo?who=tls")
+    with ProxyProcess(store, "--mode", "record", "--upstream-ca", str(test_ca.ca_file), "--session", "base") as proxy:
+        recorded = requests.get(url, proxies={"https": proxy.url}, verify=str(proxy.ca_file), timeout=30)
+    # Verified without the upstream's CA: no real answer can come, and the proxy says why.
+    with ProxyProcess(store, "--mode", "verify", "--session", "check") as proxy:
+        served = requests.get(url, proxies={"https": proxy.url}, verify=str(proxy.ca_file), timeout=30)
+    assert served.headers["X-Stb-Source"] == "cache" and served.content == recorded.content
+    assert any("can be verified until this is fixed" in line for line in proxy.output)
+    [record] = records(store, "check")
+    assert record["drift"]["verdict"] == "unreachable" and record["drift"]["error_kind"] == "tls"
