@@ -180,7 +180,7 @@ def test_a_fork_that_diverges_stops_with_one_line(tmp_path):
     lines = [line for line in proxy.output if "stops following" in line]
     assert len(lines) == 1
     port = world.base.rsplit(":", 1)[1]
-    assert (f"session odd stops following base@2: step 1: expected an agent LLM call (to 127.0.0.1:" in lines[0]
+    assert ("session odd stops following base@2: step 1: expected an agent LLM call (to 127.0.0.1:" in lines[0]
             and f"), got a tool call (read) to 127.0.0.1:{port}; from here" in lines[0])
     row = session_rows(store)["odd"]
     assert row["fork"]["replayed"] == 0 and row["fork"]["stopped"].startswith("step 1: expected")

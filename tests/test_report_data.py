@@ -5,7 +5,6 @@ and what changed against a baseline run."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest

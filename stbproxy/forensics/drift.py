@@ -29,7 +29,6 @@ from stbproxy.keys import Names
 from stbproxy.models import Response
 
 SAME, STATUS, SHAPE, VALUES = "same", "status", "shape", "values"
-VERDICTS = (SAME, STATUS, SHAPE, VALUES)
 SHOWN_CHARS = 80
 # The usual timestamp and request-id members, and ISO times wherever they are (stbcore's list,
 # which the evaluator's reports use too).
