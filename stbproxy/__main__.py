@@ -1,3 +1,3 @@
-from stbproxy.cli import main
+from stbproxy.cli import command_line
 
-main()
+command_line()

@@ -12,12 +12,13 @@ the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CON
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
 
 from stbproxy import __version__
-from stbproxy.cli.common import OneLineErrors, expose_envvars
+from stbproxy.cli.common import OneLineErrors, end_at_once_on_ctrl_c, expose_envvars
 from stbproxy.cli.forensics import drift, run
 from stbproxy.cli.mcp_stdio import mcp_stdio
 from stbproxy.cli.openapi import check, import_openapi
@@ -60,6 +61,16 @@ def main() -> None:
     Quick start: `stbproxy serve`, then in the agent's shell
     `eval "$(stbproxy env)"` and run the agent unmodified.
     """
+
+
+def command_line() -> None:
+    """The ``stbproxy`` executable and ``python -m stbproxy``: the group, then a quiet exit
+    for a Ctrl-C pressed after the command has said how it ended. An impatient second
+    press would otherwise land in Python's own exit and print a KeyboardInterrupt."""
+    try:
+        main()
+    finally:
+        signal.signal(signal.SIGINT, end_at_once_on_ctrl_c)
 
 
 def _sessions_as_answers(group: click.Group) -> None:

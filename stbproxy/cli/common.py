@@ -172,6 +172,14 @@ def stop_writing_to_stdout() -> None:
 INTERRUPTED_EXIT = 130
 
 
+def end_at_once_on_ctrl_c(_signum, _frame) -> None:
+    """A Ctrl-C once the command has ended: what it printed is flushed, and it exits with 130."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
 class CtrlC:
     """Ctrl-C during a long write (an import). The first press asks the writing loop to stop
     at its next safe point (``requested``). A second one stops the loop at once (a

@@ -274,7 +274,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summar
 
     from stbproxy.stb import cache_import as stb_cache
     encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file,
-                                            include_invalid=include_invalid, now=time.time(), jobs=jobs)
+                                            include_invalid=include_invalid, now=time.time(), jobs=jobs,
+                                            shield=ctrl_c.holding)
     with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar, \
             closing(encoded_files):
         for encoded in encoded_files:

@@ -12,6 +12,7 @@ Problems are reported per entry and never stop the import.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 from stbproxy import keys
 
@@ -230,10 +231,14 @@ TASKS_AHEAD = 4  # per worker: enough to keep the workers busy, few enough to bo
 
 
 def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, include_invalid: bool,
-                  now: float, jobs: int | None = None) -> Iterator[EncodedFile]:
+                  now: float, jobs: int | None = None,
+                  shield: Callable[[], ContextManager] = contextlib.nullcontext) -> Iterator[EncodedFile]:
     """Every file encoded, in order; ``jobs`` worker processes (default: one per core).
     Workers run at most TASKS_AHEAD tasks ahead of the caller, so a caller slower than
-    them (a busy store or shared tier) holds a few hundred files' records, not all."""
+    them (a busy store or shared tier) holds a few hundred files' records, not all.
+    ``shield`` wraps the pool's shutdown and must keep a KeyboardInterrupt out of it: on
+    Python 3.11 one that lands in its thread join leaves a thread that can never be
+    joined, and the process hangs at exit."""
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(files) < 2 * jobs:
         catalog = Catalog.load(catalog_file) if catalog_file else None
@@ -241,15 +246,14 @@ def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, i
             yield encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=now)
         return
     tasks = ([str(p) for p in files[i:i + FILES_PER_TASK]] for i in range(0, len(files), FILES_PER_TASK))
-    with ProcessPoolExecutor(jobs, initializer=_start_worker,
-                             initargs=(str(root), str(catalog_file) if catalog_file else None,
-                                       include_invalid, now)) as pool:
+    pool = ProcessPoolExecutor(jobs, initializer=_start_worker,
+                               initargs=(str(root), str(catalog_file) if catalog_file else None, include_invalid, now))
+    try:
         pending = deque(pool.submit(_encode_in_worker, task) for task in islice(tasks, TASKS_AHEAD * jobs))
-        try:
-            while pending:
-                done = pending.popleft().result()
-                pending.extend(pool.submit(_encode_in_worker, task) for task in islice(tasks, 1))
-                yield from done
-        finally:  # a caller that stops early (Ctrl-C) waits for no more than the tasks already running
-            for future in pending:
-                future.cancel()
+        while pending:
+            done = pending.popleft().result()
+            pending.extend(pool.submit(_encode_in_worker, task) for task in islice(tasks, 1))
+            yield from done
+    finally:  # a caller that stops early (Ctrl-C) waits for no more than the tasks already running
+        with shield():
+            pool.shutdown(wait=True, cancel_futures=True)
