@@ -87,6 +87,17 @@ def test_bench_report_quick():
 @pytest.mark.timeout(120)
 def test_bench_scale_quick():
     out = run_script("bench_scale.py", timeout=110)
-    assert re.search(r"20,000 vs 2,000 entries \(10x\), 2,000 random hits each: disk per answer [\d.]+x, req/s [\d.]+x", out), out
+    assert re.search(r"20,000 vs 2,000 entries \(10x\), 2,000 random hits each: entries/s [\d.]+x, "
+                     r"import peak RSS [\d.]+x, disk per entry [\d.]+x, req/s [\d.]+x", out), out
+    assert "failed requests: 0" in out, out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_bench_tls_quick():
+    out = run_script("bench_tls.py", timeout=110)
+    for server in ("stbproxy", "mitmdump \\+ dict"):
+        assert re.search(rf"{server} +resumed +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +100%", out), out
+    assert re.search(r"stbproxy: a full handshake costs [\d.]+x a resumed one", out), out
     assert "failed requests: 0" in out, out
 

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -47,6 +48,38 @@ def test_put_get_scan_and_prefixes(tmp_path):
         assert [e.key for e in store.scan("http/a/")] == ["http/a/GET/x/1", "http/a/GET/y/2"]
         assert list(store.keys("api/")) == ["api/c/t/a/4"]
         assert len(list(store.entries())) == 4
+
+
+def table_properties(store: Store) -> dict[str, int]:
+    text = store._db.property_value("rocksdb.aggregated-table-properties")
+    pairs = (item.rsplit("=", 1) for item in text.split(";") if "=" in item)
+    return {name.strip(): int(value) for name, value in pairs if value.strip().isdigit()}
+
+
+def test_index_and_filters_are_partitioned_and_share_one_bounded_cache(tmp_path, monkeypatch):
+    """What keeps RSS flat as a store grows: every process's RocksDB memory for tables is one
+    LRU cache of the size set, which holds index and filter partitions as well as data."""
+    monkeypatch.setenv("STBPROXY_STORE_CACHE_MB", "16")
+    with Store(tmp_path / "s") as store:
+        with store.bulk_load():  # flushed to table files on the way out
+            store.put_encoded_many([(f"http/h/GET/p/{n:06d}", encode_exchange(exchange(f"http/h/GET/p/{n:06d}")))
+                                    for n in range(20_000)])
+    for opened in (Store(tmp_path / "s", readonly=True), Store(tmp_path / "s", secondary=True)):
+        with opened as store:
+            assert store._db.property_value("rocksdb.block-cache-capacity") == str(16 << 20)
+            tables = table_properties(store)
+            assert tables["# index partitions"] > 1 and tables["filter block size"] > 0
+            assert tables["# entries for filter"] == 20_000
+            assert store.get("http/h/GET/p/012345").key == "http/h/GET/p/012345"
+            assert store.get("http/h/GET/p/missing") is None
+
+
+@pytest.mark.parametrize("size", ["lots", "0", "7", "-64", "1.5"])
+def test_a_block_cache_size_that_is_no_size_is_one_clear_error(tmp_path, monkeypatch, size):
+    monkeypatch.setenv("STBPROXY_STORE_CACHE_MB", size)
+    with pytest.raises(StoreError, match=rf"STBPROXY_STORE_CACHE_MB='{re.escape(size)}' is not a cache size"):
+        Store(tmp_path / "s")
+    assert not (tmp_path / "s").exists()
 
 
 def test_put_new_is_idempotent(tmp_path):

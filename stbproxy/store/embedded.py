@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
-from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (AccessType, BlockBasedIndexType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch,
+                       WriteOptions)
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import Exchange
@@ -44,6 +45,40 @@ _SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round
 
 def default_store_path() -> Path:
     return Path(os.environ.get("STBPROXY_STORE") or DEFAULT_STORE)
+
+
+DEFAULT_CACHE_MB = 64
+CACHE_MB_VARIABLE = "STBPROXY_STORE_CACHE_MB"
+
+
+def cache_mb() -> int:
+    """The block cache of each process that opens a store, in MiB (STBPROXY_STORE_CACHE_MB)."""
+    raw = os.environ.get(CACHE_MB_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_CACHE_MB
+    if not raw.isdigit() or not 8 <= int(raw) <= 1 << 20:
+        raise StoreError(f"{CACHE_MB_VARIABLE}={raw!r} is not a cache size: a whole number of MiB from 8 up")
+    return int(raw)
+
+
+def _rocksdb_options() -> Options:
+    """What keeps a process's memory flat as the store grows: index and filter blocks, which
+    RocksDB otherwise holds for every table file (about 10 bytes per entry), share one
+    bounded LRU cache with the data blocks. The index and filters are partitioned, so a
+    lookup reads a few small partitions, never a table's whole index; their top levels,
+    small, stay pinned. Tables keep the layout they were written with: stores written before
+    this setting hold whole-table indexes, which pass through the same cache."""
+    table = BlockBasedOptions()
+    table.set_block_cache(Cache(cache_mb() << 20))
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_bloom_filter(10, False)  # a miss (a first call) rarely reads a data block
+    table.set_partition_filters(True)
+    table.set_pin_top_level_index_and_filter(True)
+    options = Options(raw_mode=True)
+    options.set_block_based_table_factory(table)
+    return options
 
 
 @dataclass
@@ -99,18 +134,22 @@ class Store(OneTier):
         self._db = self._open()
 
     def _open(self) -> Rdict:
-        options = Options(raw_mode=True)
+        options = _rocksdb_options()
+        # an existing store's tables are read with these options only when its column
+        # family is named with them (rocksdict would otherwise use the stored ones)
+        families = {"default": options}
         try:
             if self.readonly:
                 if not (self.path / "CURRENT").exists():
                     raise StoreError(f"no store at {self.path} (record something first, or pass --store)")
                 if self.secondary:  # RocksDB keeps a secondary's own info log in a folder of its own
                     self._secondary_dir = tempfile.mkdtemp(prefix="stbproxy-secondary-", dir=self._scratch)
-                    return Rdict(str(self.path), options, access_type=AccessType.secondary(self._secondary_dir))
-                return Rdict(str(self.path), options, access_type=AccessType.read_only())
+                    return Rdict(str(self.path), options, column_families=families,
+                                 access_type=AccessType.secondary(self._secondary_dir))
+                return Rdict(str(self.path), options, column_families=families, access_type=AccessType.read_only())
             private_dir(self.path)  # recorded traffic is for the owner only
             options.create_if_missing(True)
-            db = Rdict(str(self.path), options)
+            db = Rdict(str(self.path), options, column_families=families)
             ensure_auth_salt(self.path)
             return db
         except StoreError:
