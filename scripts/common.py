@@ -63,9 +63,9 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU of a process and every process below it (the workers of ``serve --workers``)."""
-    total, pending = 0.0, [pid]
+def tree_pids(pid: int) -> list[int]:
+    """A process and every process below it (the workers of ``serve --workers``, an
+    import's encoding workers), from /proc."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -74,11 +74,17 @@ def tree_cpu_seconds(pid: int) -> float:
             except (OSError, ValueError, IndexError):
                 continue
             parents.setdefault(parent, []).append(int(entry.name))
+    found, pending = [], [pid]
     while pending:
         current = pending.pop()
-        total += cpu_seconds(current)
+        found.append(current)
         pending.extend(parents.get(current, []))
-    return total
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of a process and every process below it."""
+    return sum(cpu_seconds(current) for current in tree_pids(pid))
 
 
 def children_cpu() -> float:

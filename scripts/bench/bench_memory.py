@@ -87,8 +87,9 @@ def write_plan(path: Path, entries: int, hits: int, *, seed: int) -> Path:
 
 def random_hits(port: int, plan: Path, hits: int) -> dict:
     """The load generator's result for ``hits`` requests of ``plan`` at concurrency 16."""
+    budget = max(300, hits / 500)  # seconds for the whole load: at 500 hits/s something is wrong
     done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(port), "--plan", str(plan),
-                           "--requests", str(hits), "--concurrency", "16"],
+                           "--requests", str(hits), "--concurrency", "16", "--timeout", str(budget)],
                           capture_output=True, text=True, env=child_env(), timeout=7200)
     if done.returncode != 0:
         raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr[-2000:]}")

@@ -49,14 +49,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
 from scripts.bench.bench_import import FAILURES, generate  # noqa: E402
-from scripts.bench.bench_memory import status_kb  # noqa: E402
+from scripts.bench.bench_memory import random_hits, status_kb  # noqa: E402
 from scripts.bench.hitstores import virtual_plan  # noqa: E402
-from scripts.common import child_env, cpu_seconds, stbproxy_command  # noqa: E402
+from scripts.common import child_env, cpu_seconds, stbproxy_command, tree_pids  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 DEFAULT_SIZES = (100_000, 1_000_000, 10_000_000)
 SAMPLED_FILES = 20_000
-HITLOAD = Path(__file__).with_name("hitload.py")
 
 
 @dataclass
@@ -89,13 +88,10 @@ class Row:
 
 def tree_rss_kb(pid: int) -> int:
     """The RSS of a process and of every process below it (an import's encoding workers)."""
-    total, pending = 0, [pid]
-    while pending:
-        current = pending.pop()
+    total = 0
+    for current in tree_pids(pid):
         try:
             total += status_kb(current, "VmRSS")
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending.extend(int(child) for child in (task / "children").read_text().split())
         except (OSError, RuntimeError):  # it ended meanwhile
             continue
     return total
@@ -155,16 +151,6 @@ def sampled_calls(cache: Path, files: int, seed: int) -> dict:
         if entries:
             made[(category, tool, path.stem, None)] = entries
     return made
-
-
-def random_hits(port: int, plan: Path, hits: int) -> dict:
-    budget = max(300, hits / 500)  # seconds for the whole load: at 500 hits/s something is wrong
-    done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(port), "--plan", str(plan),
-                           "--requests", str(hits), "--concurrency", "16", "--timeout", str(budget)],
-                          capture_output=True, text=True, env=child_env(), timeout=7200)
-    if done.returncode != 0:
-        raise RuntimeError(f"the load generator failed:\n{done.stdout}\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure(entries: int, hits: int, workdir: Path) -> Row:
