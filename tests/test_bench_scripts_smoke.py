@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,14 @@ def test_bench_tls_quick():
     assert re.search(r"stbproxy: a full handshake costs [\d.]+x a resumed one", out), out
     assert "failed requests: 0" in out, out
 
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian's package) is not installed")
+def test_bench_wrk_quick():
+    out = run_script("bench_wrk.py", timeout=110)
+    for path in ("plain", "virtual"):
+        assert re.search(rf"^{path} +stbproxy +16 +\d+ +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M), out
+    assert re.search(r"concurrency 16: CPU per hit plain [\d.]+ ms, /virtual [\d.]+ ms: plain / virtual [\d.]+", out), out
+    assert "all answers checked" in out, out

@@ -26,6 +26,11 @@ METHOD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head, as mitmproxy's HTTP/1 reader finds it
 _AUTHORITIES: Recent[tuple] = Recent(256)
 _INVALID = ("", None)
+# An absolute-form http:// target whose every byte is one of these: mitmproxy's verdict on it
+# depends on its authority alone (the path's bytes cannot make its URL check fail), so that
+# verdict is asked once per authority; anything else is read by mitmproxy in full.
+_SIMPLE_ABSOLUTE = re.compile(rb"http://([A-Za-z0-9.\-]+(?::[0-9]+)?)(/[\x21-\x7e]*)?")
+_TARGET_AUTHORITIES: Recent[tuple] = Recent(256)
 
 
 class Replayed:
@@ -68,7 +73,7 @@ def plain_request(head: bytes, validate_headers: bool, destination: tuple[str, i
     if not lines or not lines[0]:
         return None  # a leading blank line: mitmproxy skips it in its own way
     try:
-        request = http1.read_request_head(lines)
+        request = read_request_head(lines)
     except ValueError:
         return None  # mitmproxy answers 400 and says why
     fields = request.headers.fields
@@ -114,6 +119,40 @@ def plain_request(head: bytes, validate_headers: bool, destination: tuple[str, i
         values = [value for name, (_, value) in zip(names, fields) if name == b"connection"]
         closes = values != [b"keep-alive"] and http1.connection_close(request.http_version, request.headers)
     return request, size, closes
+
+
+def read_request_head(lines: list[bytes]) -> http.Request:
+    """``http1.read_request_head(lines)``, for less: an absolute-form ``http://`` target, what
+    an HTTP_PROXY client sends, costs mitmproxy a full URL parse and check on every request,
+    and its host and port depend only on the authority, which repeats. Such a line is read as
+    its origin form, and the authority's reading (mitmproxy's own, remembered) put in."""
+    parts = lines[0].split()
+    if len(parts) == 3 and parts[0] != b"CONNECT":
+        found = _SIMPLE_ABSOLUTE.fullmatch(parts[1])
+        if found is not None:
+            authority = found.group(1)
+            known = _target_authority(authority)
+            if known is not None:
+                request = http1.read_request_head([b"%s %s %s" % (parts[0], found.group(2) or b"/", parts[2]),
+                                                   *lines[1:]])
+                request.data.host, request.data.port = known
+                request.data.scheme, request.data.authority = b"http", authority
+                return request
+    return http1.read_request_head(lines)
+
+
+def _target_authority(authority: bytes) -> tuple[str, int] | None:
+    """The host and port mitmproxy reads from an ``http://`` target with this authority, or
+    None where it refuses it (remembered: a client talks to a few APIs)."""
+    known = _TARGET_AUTHORITIES.get(authority)
+    if known is None:
+        try:
+            probe = http1.read_request_head([b"GET http://" + authority + b"/ HTTP/1.1"])
+            known = (probe.host, probe.port)
+        except ValueError:
+            known = _INVALID
+        _TARGET_AUTHORITIES.put(authority, known)
+    return None if known is _INVALID else known
 
 
 def connect_request(head: bytes, validate_headers: bool) -> http.Request | None:
