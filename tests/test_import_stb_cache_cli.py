@@ -118,3 +118,21 @@ def test_only_failed_answers_import_nothing_and_name_include_invalid(tmp_path):
     assert stbproxy(*with_failures).returncode == 0
     again = stbproxy(*with_failures)
     assert again.returncode == 0 and "imported: 0, duplicates: 1" in again.stdout
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_cache_full_of_broken_entries_counts_every_one_and_lists_the_first_fifty(tmp_path, jobs):
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    for n in range(12):  # 12 files of 10 broken keys and 2 good calls each: 120 problems
+        path = cache / "Data" / "weather_for_Data" / f"api_{n}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        broken = {f"not a dict literal {i}": {"error": "", "response": "x"} for i in range(10)}
+        good = {str({"city": f"c{i}"}): {"error": "", "response": f"sunny {i}"} for i in range(2)}
+        path.write_text(json.dumps({**broken, **good}))
+    result = stbproxy("import", "stb-cache", str(cache), "--store", str(store), "--jobs", jobs)
+    assert result.returncode == 0, result.stderr
+    assert "imported: 24, duplicates: 0, invalid (left out): 0, unparseable: 120" in result.stdout
+    listed = [line for line in result.stderr.splitlines() if line.startswith("  unparseable: ")]
+    assert len(listed) == 50
+    assert "cache key is not a Python dict literal" in listed[0]
+    assert result.stderr.splitlines()[-1] == "  ... and 70 more"

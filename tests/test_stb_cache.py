@@ -167,8 +167,8 @@ def test_encoded_records_are_the_bytes_of_the_entries_exchanges(tmp_path, stb_da
             path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25, summary=summary)]
         encoded = encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25)
         assert encoded.records == expected
-        assert (encoded.entries, encoded.invalid, encoded.problems) == (summary.entries, summary.invalid,
-                                                                       summary.problems)
+        assert (encoded.entries, encoded.invalid, encoded.unparseable, encoded.problems) == (
+            summary.entries, summary.invalid, summary.unparseable, summary.problems)
         total += len(expected)
     assert total == 30 * 12 if include_invalid else 30 * 6 <= total < 30 * 12  # failures left out
 

@@ -249,14 +249,14 @@ def _print_import_summary(summary, placement, shared) -> None:
     if shared:
         click.echo(f"shared tier: {summary.shared_added} added, "
                    f"{summary.shared_sent - summary.shared_added} already there")
-    for problem in summary.problems[:50]:
+    for problem in summary.problems:
         click.echo(f"  unparseable: {problem}", err=True)
-    if summary.unparseable > 50:
-        click.echo(f"  ... and {summary.unparseable - 50} more", err=True)
+    if summary.unparseable > len(summary.problems):
+        click.echo(f"  ... and {summary.unparseable - len(summary.problems)} more", err=True)
 
 
 def _why_nothing(summary) -> str:
-    if summary.entries == 0 and not summary.problems:
+    if summary.entries == 0 and not summary.unparseable:
         return "the cache files hold no entries"
     if summary.invalid:
         return (f"the {summary.invalid} entries that could be read are failed answers (StableToolBench's "
@@ -290,7 +290,7 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summar
 def _import_file(db, encoded, summary, shared) -> None:
     summary.entries += encoded.entries
     summary.invalid += encoded.invalid
-    summary.problems.extend(encoded.problems)
+    summary.add_problems(encoded.unparseable, encoded.problems)
     fresh: dict[str, bytes] = {}
     stored = db.existing([key for key, _ in encoded.records])
     for key, value in encoded.records:

@@ -47,6 +47,11 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
+# A cache may hold problems in proportion to its size (0.7 % of entries in bench_import's
+# generator: 70,000 at 10 million); a report shows the first ones and counts the rest.
+PROBLEMS_KEPT = 50
+
+
 @dataclass
 class ImportSummary:
     files: int = 0
@@ -57,11 +62,18 @@ class ImportSummary:
     invalid: int = 0  # failed answers (check_result), left out unless asked for
     shared_sent: int = 0  # records offered to the shared tier (import --shared) ...
     shared_added: int = 0  # ... and those it did not hold yet
-    problems: list[Problem] = field(default_factory=list)
+    unparseable: int = 0  # entries and files that could not be read ...
+    problems: list[Problem] = field(default_factory=list)  # ... the first PROBLEMS_KEPT of them
 
-    @property
-    def unparseable(self) -> int:
-        return len(self.problems)
+    def problem(self, problem: Problem) -> None:
+        self.unparseable += 1
+        if len(self.problems) < PROBLEMS_KEPT:
+            self.problems.append(problem)
+
+    def add_problems(self, count: int, first: list[Problem]) -> None:
+        """Another summary's problems: ``count`` in all, of which ``first`` were kept."""
+        self.unparseable += count
+        self.problems.extend(first[:PROBLEMS_KEPT - len(self.problems)])
 
 
 def cache_files(root: Path) -> list[Path]:
@@ -92,19 +104,19 @@ def accepted_entries(path: Path, root: Path, *, include_invalid: bool,
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        summary.problems.append(Problem(name, f"not a readable JSON file: {exc}"))
+        summary.problem(Problem(name, f"not a readable JSON file: {exc}"))
         return
     if not isinstance(document, dict):
-        summary.problems.append(Problem(name, f"expected a JSON object of cached calls, found {type(document).__name__}"))
+        summary.problem(Problem(name, f"expected a JSON object of cached calls, found {type(document).__name__}"))
         return
     summary.entries += len(document)
     for raw_key, value in document.items():
         args = parse_args(raw_key)
         if not isinstance(args, dict):
-            summary.problems.append(Problem(name, "cache key is not a Python dict literal", _short(raw_key)))
+            summary.problem(Problem(name, "cache key is not a Python dict literal", _short(raw_key)))
             continue
         if not isinstance(value, dict) or "response" not in value:
-            summary.problems.append(Problem(name, "cached value is not an {error, response} object", _short(raw_key)))
+            summary.problem(Problem(name, "cached value is not an {error, response} object", _short(raw_key)))
             continue
         if not include_invalid and not validity.check_result(value):
             summary.invalid += 1
@@ -179,7 +191,8 @@ class EncodedFile:
     records: list[tuple[str, bytes]]  # (key, encoded record), ready for Store.put_encoded_many
     entries: int
     invalid: int
-    problems: list[Problem]
+    unparseable: int
+    problems: list[Problem]  # the first of them
 
 
 def encode_file(path: Path, root: Path, *, catalog: Catalog | None, include_invalid: bool, now: float) -> EncodedFile:
@@ -191,7 +204,7 @@ def encode_file(path: Path, root: Path, *, catalog: Catalog | None, include_inva
         records = list(_stand_in_records(ref, entries, now))
     else:
         records = [(e.key, encode_exchange(e)) for e in (entry_exchange(ref, doc, a, v, now=now) for a, v in entries)]
-    return EncodedFile(records, summary.entries, summary.invalid, summary.problems)
+    return EncodedFile(records, summary.entries, summary.invalid, summary.unparseable, summary.problems)
 
 
 def _stand_in_records(ref: ApiRef, entries: Iterator[tuple[dict, dict]], now: float) -> Iterator[tuple[str, bytes]]:
