@@ -74,6 +74,25 @@ def test_index_and_filters_are_partitioned_and_share_one_bounded_cache(tmp_path,
             assert store.get("http/h/GET/p/missing") is None
 
 
+def test_tables_a_writer_makes_do_not_pin_their_index_and_filters_beyond_the_cache(tmp_path, monkeypatch):
+    """RocksDB's pinning of level-0 tables kept the index and filter partitions of every
+    table an import wrote, out of the cache's reach: an importing process's RSS grew by
+    4.5 % of what it wrote (220 MB at 5 GB). Only the top levels may stay pinned."""
+    monkeypatch.setenv("STBPROXY_STORE_CACHE_MB", "8")
+    with Store(tmp_path / "s") as store:
+        for batch in range(6):  # a table file each, as an import's memtable flushes make them
+            keys = [f"http/h/GET/p/{batch}-{n:06d}" for n in range(15_000)]
+            store.put_encoded_many([(key, encode_exchange(exchange(key))) for key in keys])
+            store._db.flush(True)
+            assert store.get(keys[7]).key == keys[7]  # tables are read, as the import's duplicate checks do
+        tables = table_properties(store)
+        index = next(size for name, size in tables.items() if name.startswith("index block size"))
+        written = index + tables["filter block size"]
+        pinned = int(store._db.property_value("rocksdb.block-cache-pinned-usage"))
+        assert written > 100_000
+        assert pinned < written / 10, (pinned, written)
+
+
 @pytest.mark.parametrize("size", ["lots", "0", "7", "-64", "1.5"])
 def test_a_block_cache_size_that_is_no_size_is_one_clear_error(tmp_path, monkeypatch, size):
     monkeypatch.setenv("STBPROXY_STORE_CACHE_MB", size)
