@@ -48,6 +48,7 @@ def default_store_path() -> Path:
 
 
 DEFAULT_CACHE_MB = 64
+CACHE_MB_RANGE = (8, 1 << 20)  # up to 1 TiB: a larger number is a typo, not a cache
 CACHE_MB_VARIABLE = "STBPROXY_STORE_CACHE_MB"
 
 
@@ -56,8 +57,10 @@ def cache_mb() -> int:
     raw = os.environ.get(CACHE_MB_VARIABLE, "").strip()
     if not raw:
         return DEFAULT_CACHE_MB
-    if not raw.isdigit() or not 8 <= int(raw) <= 1 << 20:
-        raise StoreError(f"{CACHE_MB_VARIABLE}={raw!r} is not a cache size: a whole number of MiB from 8 up")
+    low, high = CACHE_MB_RANGE
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise StoreError(f"{CACHE_MB_VARIABLE}={raw!r} is not a cache size: a whole number of MiB from {low} "
+                         f"to {high}")
     return int(raw)
 
 
