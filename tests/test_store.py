@@ -96,7 +96,8 @@ def test_tables_a_writer_makes_do_not_pin_their_index_and_filters_beyond_the_cac
 @pytest.mark.parametrize("size", ["lots", "0", "7", "-64", "1.5", "99999999"])
 def test_a_block_cache_size_that_is_no_size_is_one_clear_error(tmp_path, monkeypatch, size):
     monkeypatch.setenv("STBPROXY_STORE_CACHE_MB", size)
-    with pytest.raises(StoreError, match=rf"STBPROXY_STORE_CACHE_MB='{re.escape(size)}' is not a cache size: a whole number of MiB from 8 to 1048576"):
+    said = rf"STBPROXY_STORE_CACHE_MB='{re.escape(size)}' is not a cache size: a whole number of MiB from 8 to 1048576"
+    with pytest.raises(StoreError, match=said):
         Store(tmp_path / "s")
     assert not (tmp_path / "s").exists()
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.bench import hitstores  # noqa: E402
+from scripts.bench import hitload, hitstores  # noqa: E402
 from scripts.bench.hitbench import (  # noqa: E402
     BASELINE, BEFORE, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict)
 from scripts.common import HOST, free_port, median, run_in_workdir  # noqa: E402
@@ -95,13 +95,10 @@ def lua_string(data: bytes) -> str:
 def wrk_script(plan: dict, hostport: str) -> str:
     """A wrk script sending the plan's requests in turn and checking every answer."""
     mark_name, _, mark_value = plan["expect"].lower().partition(": ")
-    requests = [request.replace("@HOSTPORT@", hostport).encode("latin-1") for request, _ in plan["items"]]
-    if plan["kind"] == "virtual":
-        answers = {json.dumps({"error": "", "response": text}, ensure_ascii=False).encode() for _, text in plan["items"]}
-    else:
-        answers = {text.encode("latin-1") for _, text in plan["items"]}
+    items = hitload.plan_bytes(plan, hostport)
+    answers = {body for _, body in items}
     return "\n".join([
-        "requests = {" + ",\n".join(lua_string(r) for r in requests) + "}",
+        "requests = {" + ",\n".join(lua_string(request) for request, _ in items) + "}",
         "answers = {" + ",\n".join(f"[{lua_string(a)}] = true" for a in sorted(answers)) + "}",
         f"mark_name = {lua_string(mark_name.encode())}",
         f"mark_value = {lua_string(mark_value.encode())}",
@@ -176,9 +173,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     for path in PATHS:
         for subject in subjects:
             for c in args.concurrency:
+                p50, p99 = (get(path, subject.name, c, field) / 1e3 for field in ("p50_us", "p99_us"))
                 print(f"{path:8} {subject.name:18} {c:5d} {get(path, subject.name, c, 'rps'):8.0f} "
-                      f"{get(path, subject.name, c, 'p50_us') / 1e3:7.2f} {get(path, subject.name, c, 'p99_us') / 1e3:7.2f} "
-                      f"{get(path, subject.name, c, 'cpu_ms'):10.3f}")
+                      f"{p50:7.2f} {p99:7.2f} {get(path, subject.name, c, 'cpu_ms'):10.3f}")
     print()
     for c in args.concurrency:
         plain, virtual = get("plain", "stbproxy", c, "cpu_ms"), get("virtual", "stbproxy", c, "cpu_ms")

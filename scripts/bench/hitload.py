@@ -108,18 +108,24 @@ class Connection:
             pass
 
 
+def plan_bytes(plan: dict, hostport: str) -> list[tuple[bytes, bytes]]:
+    """Each planned request's bytes, and the body its answer must have."""
+    items = []
+    for request, expected in plan["items"]:
+        if plan["kind"] == "virtual":  # the exact bytes stbproxy writes; anything else is parsed
+            body = json.dumps({"error": "", "response": expected}, ensure_ascii=False).encode()
+        else:
+            body = expected.encode("latin-1")
+        items.append((request.replace("@HOSTPORT@", hostport).encode("latin-1"), body))
+    return items
+
+
 class Load:
     def __init__(self, plan: dict, port: int, ca: str | None) -> None:
         self.kind = plan["kind"]
         self.port = port
-        hostport = f"{HOST}:{port}"
-        self.items = [(request.replace("@HOSTPORT@", hostport).encode("latin-1"), expected)
-                      for request, expected in plan["items"]]
-        if self.kind == "virtual":  # the exact bytes stbproxy writes; anything else is parsed
-            self.expected = [json.dumps({"error": "", "response": e}, ensure_ascii=False).encode()
-                             for _, e in self.items]
-        else:
-            self.expected = [e.encode("latin-1") for _, e in self.items]
+        self.items = plan_bytes(plan, f"{HOST}:{port}")
+        self.expected = [body for _, body in self.items]
         self.expect = ("\r\n" + plan["expect"].lower() + "\r\n").encode() if plan["expect"] else b""
         self.tunnel = plan.get("tunnel")
         self.tls = ssl.create_default_context(cafile=ca) if self.kind == "https" else None
@@ -267,7 +273,7 @@ class Load:
                 document = json.loads(body)
             except ValueError:
                 return f"not JSON: {body[:160]!r}"
-            if document == {"error": "", "response": self.items[index][1]}:
+            if document == json.loads(self.expected[index]):
                 return None
         return f"another body than expected: {body[:160]!r}"
 
