@@ -10,6 +10,7 @@ converted by toolbench.py and cassettes read by cassettes.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,7 +21,7 @@ from .errors import InputError
 from .model import Answer, AnswerSet, Problem, function_schemas, main_path, tree_problem
 from .queries import QueryIndex
 from .toolbench import convert_raw
-from .trajectories import Named
+from .trajectories import UNNAMED_METHOD, Named
 
 # Group names as StableToolBench spells them (G1_instruction, G2_category, ...).
 GROUP_RE = re.compile(r"^G\d+_\w+$")
@@ -85,6 +86,20 @@ def add_named(out: AnswerSet, group: str | None, named: list[Named], notes: list
     for own_group, item in named:
         out.add(own_group or group, item)
     out.problems.extend(notes)
+
+
+def name_method(answers: AnswerSet, method: str, *, replace_recorded: bool = False) -> None:
+    """Give the answers read from traffic the run's ``method``: those whose recording
+    named none, or all of them with ``replace_recorded``. Answer files keep theirs.
+
+    The judge is shown each answer object with its method (parse_answer_status), as in
+    the original, whose answer files carry the method that wrote them (``CoT@1``).
+    """
+    for items in answers.by_group.values():
+        for qid, item in items.items():
+            if isinstance(item, Answer) and item.source == "cassette" and (
+                    replace_recorded or item.method == UNNAMED_METHOD):
+                items[qid] = dataclasses.replace(item, method=method)
 
 
 def _group_of(folder: Path) -> str | None:
@@ -190,6 +205,7 @@ def converted_answer(qid: str, entry: Any, where: str = "") -> Answer | Problem:
         final_answer=final if isinstance(final, str) else json.dumps(final),
         answer_details=answer["answer_details"],
         source="converted",
+        shown=answer,
     )
 
 

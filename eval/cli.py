@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+from click.core import ParameterSource
 
 from . import calls, calls_report, report, trials
-from .answers import GROUP_RE, Answer, Problem, load_ids, to_converted
-from .errors import EvalError, JudgeFatalError
-from .judge import DEFAULT_MODEL, Judge, JudgeSettings
+from .answers import GROUP_RE, Answer, Problem, load_ids, name_method, to_converted
+from .errors import EvalError, JudgeFatalError, TemplateError
+from .judge import DEFAULT_MODEL, Judge, JudgeSettings, unknown_request_fields
+from .judgeconfig import config_beside, load_judge_config
 from .judgelog import LOG_NAME, JudgeLog
+from .model import AnswerSet
 from .passrate import MISSING_POLICIES, pass_rate, pass_rate_trials
 from .prompts import Prompts, load_template
 from .runner import DEFAULT_CONCURRENCY, Progress
@@ -83,22 +86,33 @@ def _judge_options(*, many_models: bool = False) -> Callable[[Callable[..., Any]
         options = [
             click.option("--judge-model", "judge_model", multiple=many_models,
                          default=(DEFAULT_MODEL,) if many_models else DEFAULT_MODEL, show_default=True,
-                         help="Judge model" + (" (repeat for several voting models)." if many_models else ".")),
-            click.option("--temperature", type=float, default=0.2, show_default=True, help="Judge temperature."),
+                         help="Judge model" + (" (repeat for several voting models)" if many_models else "")
+                              + "; --judge-config's model when not given."),
+            click.option("--temperature", type=float, default=0.2, show_default=True,
+                         help="Judge temperature; --judge-config's when not given (none sent if it has none)."),
             click.option("--base-url", envvar="OPENAI_BASE_URL", default=None,
                          help="OpenAI-compatible endpoint [env OPENAI_BASE_URL; default OpenAI]."),
             click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_envvar=False,
                          help="API key [env OPENAI_API_KEY]."),
             click.option("--judge-template", type=click.Path(exists=True, dir_okay=False), default=None,
-                         help="Prompt template in the original evaluator's <function> format."),
+                         help="Prompt template in the original evaluator's <function> format, sent as "
+                              "written."),
+            click.option("--judge-config", type=click.Path(exists=True, dir_okay=False), default=None,
+                         help="The original evaluator's config.yaml: its completions_kwargs (model, "
+                              "max_tokens, temperature, timeout, function schemas, ...) make the rest of each "
+                              "request, as the original sends it; options given explicitly win, and its "
+                              "prompt_template is the template when --judge-template is not given "
+                              "[default: the config.yaml beside --judge-template, if there is one]."),
             click.option("--concurrency", type=click.IntRange(1, 512), default=DEFAULT_CONCURRENCY,
                          show_default=True, help="Judge calls in flight at once."),
-            click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds per judge call."),
+            click.option("--timeout", type=float, default=60.0, show_default=True,
+                         help="Seconds per judge call; --judge-config's when not given."),
             click.option("--max-retries", type=click.IntRange(0, 20), default=2, show_default=True,
                          help="Transport retries per judge call (timeouts, 429, 5xx)."),
             click.option("--parse-retries", type=click.IntRange(0, 20), default=2, show_default=True,
                          help="Further attempts after a reply without a valid label."),
-            click.option("--max-tokens", type=int, default=None, help="Cap on judge reply tokens."),
+            click.option("--max-tokens", type=int, default=None,
+                         help="Cap on judge reply tokens (max_tokens) [default: --judge-config's, else none]."),
             click.option("--reuse-log", multiple=True, type=click.Path(exists=True, dir_okay=False),
                          help="Another run's judgments.jsonl to re-use judgments from (repeatable)."),
             click.option("--retry-unscored", is_flag=True, help="Ask again where the log holds unscored replies."),
@@ -129,19 +143,57 @@ def _handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# Judge options an evaluator configuration sets unless they are given (option -> its key).
+_CONFIGURED = {"judge_model": "model", "temperature": "temperature", "max_tokens": "max_tokens", "timeout": "timeout"}
+
+
+def _judge_setup(opts: dict[str, Any]) -> dict[str, Any]:
+    """The judge options with the evaluator configuration applied (--judge-config, else
+    the config.yaml beside --judge-template), and the prompts loaded: checked before any
+    answer is read or call made. Options given on the command line (or in the
+    environment) win over the configuration's values; an option the configuration does
+    not set keeps its default, except the temperature, which the original then omits."""
+    template = opts["judge_template"]
+    config_path = opts["judge_config"] or (config_beside(template) if template else None)
+    if config_path is None:
+        return {**opts, "prompts": load_template(template) if template else Prompts(), "request": {}}
+    config = load_judge_config(config_path)
+    unknown = unknown_request_fields(config.request)
+    if unknown:
+        raise TemplateError(f"{config.path}: completions_kwargs has field(s) the chat completion call does not "
+                            f"take: {', '.join(unknown)}")
+    template = template or config.template
+    where = str(config.path)
+    prompts = (load_template(template, schemas=config.schemas, schemas_origin=where) if template
+               else Prompts(schemas=config.schemas, schemas_origin=where))
+    out = {**opts, "prompts": prompts, "request": config.request}
+    context = click.get_current_context()
+    for option, key in _CONFIGURED.items():
+        if context.get_parameter_source(option) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            continue
+        if key in config.settings or key == "temperature":
+            value = config.settings.get(key)
+            out[option] = (value,) if isinstance(opts[option], tuple) else value
+    return out
+
+
 def _make_judge(out: Path, opts: dict[str, Any], model: str) -> Judge:
-    prompts = load_template(opts["judge_template"]) if opts["judge_template"] else Prompts()
     settings = JudgeSettings(model=model, temperature=opts["temperature"], base_url=opts["base_url"],
                              api_key=opts["api_key"], timeout=opts["timeout"], max_retries=opts["max_retries"],
                              parse_retries=opts["parse_retries"], max_tokens=opts["max_tokens"],
-                             retry_unscored=opts["retry_unscored"])
-    return Judge(settings, prompts, JudgeLog(out / LOG_NAME, reuse=opts["reuse_log"]))
+                             retry_unscored=opts["retry_unscored"], request=opts["request"])
+    return Judge(settings, opts["prompts"], JudgeLog(out / LOG_NAME, reuse=opts["reuse_log"]))
 
 
 def _judge_info(judge: Judge) -> dict[str, Any]:
     s = judge.settings
-    return {"model": s.model, "temperature": s.temperature, "prompts": judge.prompts.origin,
-            "log": LOG_NAME, "stats": judge.stats.as_dict()}
+    info = {"model": s.model, "temperature": s.temperature, "prompts": judge.prompts.origin,
+            "schemas": judge.prompts.schemas_origin, "log": LOG_NAME, "stats": judge.stats.as_dict()}
+    if s.max_tokens:
+        info["max_tokens"] = s.max_tokens
+    if s.request:
+        info["request"] = dict(s.request)
+    return info
 
 
 def _echo_stats(judge: Judge) -> None:
@@ -169,6 +221,17 @@ def _trials_name(sources: tuple[str, ...]) -> str:
     names = [_method_name(source) for source in sources]
     shared = os.path.commonprefix(names)
     return re.sub(r"(?:[._-](?:t|trial|run))?[._-]*$", "", shared, flags=re.I) or names[0]
+
+
+_METHOD_HELP = ("The method of {what} read from traffic (sessions, cassettes), as StableToolBench's answer files "
+                "name theirs (CoT@1, DFS_woFilter_w2): the judge sees it in the answer object parse_answer_status "
+                "is shown{convert} [default: a cassette's method metadata, else {default}].")
+
+
+def _name_method(answers: AnswerSet, given: str | None, run_name: str) -> None:
+    """Answers from traffic get ``given`` (even over a recorded method), else the run's
+    name where the recording named no method: traffic never says what the agent ran."""
+    name_method(answers, given or run_name, replace_recorded=given is not None)
 
 
 def _run(out: Path, opts: dict[str, Any], model: str, label: str, body: Callable[[Judge, _Bar, _Warnings], Any]) -> Any:
@@ -264,23 +327,33 @@ def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...]) -> l
 @click.option("--missing", type=click.Choice(MISSING_POLICIES), default="unsolved", show_default=True,
               help="A query without a usable answer: count as Unsolved, or skip it (the original).")
 @click.option("--method", default=None, help="Name of the method in tables [default: from --answers].")
+@click.option("--answers-method", default=None,
+              help=_METHOD_HELP.format(what="answers", convert="",
+                                       default="the run's name: the session's or folder's, the one its trials "
+                                               "share"))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for converting raw answers.")
 @click.option("--chart/--no-chart", default=True, show_default=True,
               help="Write sopr.png (and pass_k.png for repeated trials) into --out.")
 @_judge_options()
 @_handle_errors
 def pass_rate_cmd(answers: tuple[str, ...], queries: tuple[Path, ...], ids: Path, out: Path, rounds: int,
-                  missing: str, method: str | None, seed: int, chart: bool, **opts: Any) -> None:
+                  missing: str, method: str | None, answers_method: str | None, seed: int, chart: bool,
+                  **opts: Any) -> None:
     """Solvable pass rate of one method, per group, mean±std over rounds; with several
     trials, also pass@k and pass^k."""
+    opts = _judge_setup(opts)
     id_groups = load_ids(ids)
     sources = expand_sources(answers)
+    run_name = _method_name(answers[0]) if len(answers) == 1 else _trials_name(answers)
     if len(sources) > 1:
-        name = method or (_method_name(answers[0]) if len(answers) == 1 else _trials_name(answers))
-        _pass_rate_trials(sources, queries, id_groups, out, rounds, missing, name, seed, chart, opts)
+        loaded = _load_sources(sources, seed, queries)
+        for trial in loaded:  # one name for all: an answer the same in two trials is judged once
+            _name_method(trial, answers_method, run_name)
+        _pass_rate_trials(loaded, sources, id_groups, out, rounds, missing, method or run_name, chart, opts)
         return
     [loaded] = _load_sources(sources, seed, queries)
-    name = method or _method_name(answers[0])
+    _name_method(loaded, answers_method, run_name)
+    name = method or run_name
 
     def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
         result = pass_rate(loaded, id_groups, judge, method=name, rounds=rounds, missing=missing, warn=warn,
@@ -297,11 +370,10 @@ def pass_rate_cmd(answers: tuple[str, ...], queries: tuple[Path, ...], ids: Path
     _run(out, opts, opts["judge_model"], "judging", body)
 
 
-def _pass_rate_trials(sources: list[str], queries: tuple[Path, ...], id_groups: dict[str, list[str]], out: Path,
-                      rounds: int, missing: str, name: str, seed: int, chart: bool, opts: dict[str, Any]) -> None:
+def _pass_rate_trials(loaded: list[AnswerSet], sources: list[str], id_groups: dict[str, list[str]], out: Path,
+                      rounds: int, missing: str, name: str, chart: bool, opts: dict[str, Any]) -> None:
     """pass-rate over several trials: each judged alike, then SoPR per trial and across
     them, pass@k and pass^k."""
-    loaded = _load_sources(sources, seed, queries)
 
     def body(judge: Judge, bar: _Bar, warn: _Warnings) -> dict[str, Any]:
         runs = pass_rate_trials(loaded, id_groups, judge, method=name, rounds=rounds, missing=missing, warn=warn,
@@ -335,14 +407,23 @@ def _pass_rate_trials(sources: list[str], queries: tuple[Path, ...], id_groups: 
               help="The candidate's name in tables [default: its answers' folder or file name].")
 @click.option("--reference-name", default=None,
               help="The reference's name in tables [default: its answers' folder or file name].")
+@click.option("--candidate-method", default=None,
+              help=_METHOD_HELP.format(what="the candidate's answers", convert="",
+                                       default="its session's or folder's name"))
+@click.option("--reference-method", default=None,
+              help=_METHOD_HELP.format(what="the reference's answers", convert="",
+                                       default="its session's or folder's name"))
 @_judge_options()
 @_handle_errors
 def win_rate_cmd(candidate: str, reference: str, queries: tuple[Path, ...], ids: Path, out: Path, rounds: int,
                  missing: str, seed: int, candidate_name: str | None, reference_name: str | None,
-                 **opts: Any) -> None:
+                 candidate_method: str | None, reference_method: str | None, **opts: Any) -> None:
     """Solvable win rate of a candidate against a reference, with wins, ties and losses."""
+    opts = _judge_setup(opts)
     id_groups = load_ids(ids)
     mine, theirs = _load_sources([candidate, reference], seed, queries)
+    _name_method(mine, candidate_method, _method_name(candidate))
+    _name_method(theirs, reference_method, _method_name(reference))
     c_name = candidate_name or _method_name(candidate)
     r_name = reference_name or _method_name(reference)
 
@@ -369,6 +450,7 @@ def win_rate_cmd(candidate: str, reference: str, queries: tuple[Path, ...], ids:
 @_handle_errors
 def solvable_cmd(queries: Path, out: Path, **opts: Any) -> None:
     """Keep the tasks a majority of judge models find solvable."""
+    opts = _judge_setup(opts)
     tasks, problems = load_tasks(queries)
     models = list(opts["judge_model"])
 
@@ -453,10 +535,14 @@ def _write_html(runs: list[Path], out: Path, baseline: Path | None, stability_da
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="Converted JSON file (one group) or folder (one <group>.json per group).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the answer path choice.")
+@click.option("--answers-method", default=None,
+              help=_METHOD_HELP.format(what="answers", convert=", and it is written here",
+                                       default="the session's or folder's name"))
 @_handle_errors
-def convert_cmd(answers: str, queries: tuple[Path, ...], out: Path, seed: int) -> None:
+def convert_cmd(answers: str, queries: tuple[Path, ...], out: Path, seed: int, answers_method: str | None) -> None:
     """Write answers in StableToolBench's converted format (what the judge sees)."""
     [loaded] = _load_sources([answers], seed, queries)
+    _name_method(loaded, answers_method, _method_name(answers))
     for message in loaded.problems:
         click.echo(f"warning: {message}", err=True)
     groups = {g: [a for a in items.values() if isinstance(a, Answer)] for g, items in loaded.by_group.items()}

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from .errors import JudgeFatalError
 from .judgelog import JudgeLog
-from .prompts import CHECK_ANSWER, CHECK_TASK, FUNCTIONS, PARSE_ANSWER, SELECT_BETTER, Prompts, schema
+from .prompts import CHECK_ANSWER, CHECK_TASK, FUNCTIONS, PARSE_ANSWER, SELECT_BETTER, Prompts
 
 DEFAULT_MODEL = "gpt-4-turbo"
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -36,7 +36,7 @@ _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 @dataclass(frozen=True, slots=True)
 class JudgeSettings:
     model: str = DEFAULT_MODEL
-    temperature: float = 0.2
+    temperature: float | None = 0.2  # None: not sent (an evaluator configuration without one)
     base_url: str | None = None  # None: OPENAI_BASE_URL, else OpenAI's own
     api_key: str | None = None  # None: OPENAI_API_KEY
     timeout: float = 60.0
@@ -44,6 +44,8 @@ class JudgeSettings:
     parse_retries: int = 2  # further attempts after an unparseable reply
     max_tokens: int | None = None
     retry_unscored: bool = False  # ask again where the log says unscored
+    #: Further fields of every request (an evaluator configuration's other completions_kwargs).
+    request: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +103,17 @@ class Judge:
         fn = FUNCTIONS[name]
         model = model or self.settings.model
         prompt = self.prompts.render(name, fields)
-        tool = schema(fn)
+        tool = self.prompts.schema(name)
         prompt_digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
         # The round is part of the key: rounds are independent samples of the judge.
-        key = _digest({"fn": name, "model": model, "temperature": self.settings.temperature,
-                       "prompt": prompt_digest, "schema": tool, "round": round})
+        keyed: dict[str, Any] = {"fn": name, "model": model, "temperature": self.settings.temperature,
+                                 "prompt": prompt_digest, "schema": tool, "round": round}
+        # Fields that change the reply too; absent ones leave older logs' keys as they were.
+        if self.settings.max_tokens:
+            keyed["max_tokens"] = self.settings.max_tokens
+        if self.settings.request:
+            keyed["request"] = dict(self.settings.request)
+        key = _digest(keyed)
 
         logged = self.log.get(key)
         if logged is not None and not (self.settings.retry_unscored and logged["status"] == "unscored"):
@@ -156,12 +164,14 @@ class Judge:
     def _complete(self, model: str, prompt: str, tool: dict[str, Any]) -> str:
         """The raw body of one forced-call completion."""
         kwargs: dict[str, Any] = {
+            **self.settings.request,
             "model": model,
-            "temperature": self.settings.temperature,
             "messages": [{"role": "user", "content": prompt}],
             "tools": [{"type": "function", "function": tool}],
             "tool_choice": {"type": "function", "function": {"name": tool["name"]}},
         }
+        if self.settings.temperature is not None:
+            kwargs["temperature"] = self.settings.temperature
         if self.settings.max_tokens:
             kwargs["max_tokens"] = self.settings.max_tokens
         import openai
@@ -210,6 +220,17 @@ class Judge:
     def close(self) -> None:
         if self._client is not None and hasattr(self._client, "close"):
             self._client.close()
+
+
+def unknown_request_fields(fields: Mapping[str, Any]) -> list[str]:
+    """The names in ``fields`` that the openai client's chat completion call does not take
+    (checked before a run, so a configuration's typo is not a failure of every call)."""
+    import inspect
+
+    from openai.resources.chat.completions import Completions
+
+    known = inspect.signature(Completions.create).parameters
+    return [name for name in fields if name not in known]
 
 
 class _CallFailed(Exception):

@@ -20,6 +20,7 @@ FINISH = "Finish"
 GIVE_UP = "give_up_and_restart"
 #: The original preference judge sees final answers cut to this many characters.
 SELECT_FINAL_ANSWER_CHARS = 1000
+SELECT_DETAILS_ENTRIES = 3000  # and answer_details to this many entries (a tree has one root)
 # Reference answers store tool messages as the text of a Python dict, sometimes cut short.
 _NAME_IN_TEXT = re.compile(r"""['"]name['"]\s*:\s*['"]([^'"]*)['"]""")
 
@@ -43,9 +44,14 @@ class Answer:
     #: Rebuilt from traffic: per tool call of the answer (Finish aside), in order, how the
     #: proxy answered it (``{"source": "cache", "key": "http/..."}``; empty when unknown).
     calls: tuple[dict[str, Any], ...] = ()
+    #: Converted answers: the answer object as the file holds it. The original shows the
+    #: judge that object itself, so its keys, their order and any extra field count.
+    shown: dict[str, Any] | None = None
 
     def judge_view(self) -> dict[str, Any]:
         """The answer object as the original evaluator serializes it for the pass-rate judge."""
+        if self.shown is not None:
+            return self.shown
         return {
             "method": self.method,
             "total_steps": self.total_steps,
@@ -57,13 +63,19 @@ class Answer:
         """The answer as the preference judge sees it: no method name, the final answer cut short.
 
         The method name would tell the judge which system wrote the answer; the cut keeps
-        two long answers inside the prompt. Both as in the original evaluator.
+        two long answers inside the prompt. Both as in the original evaluator, which cuts
+        the fields in place (their order stays) and cuts ``answer_details`` to 3,000
+        entries, a list of one root.
         """
-        return {
-            "total_steps": self.total_steps,
-            "final_answer": self.final_answer[:SELECT_FINAL_ANSWER_CHARS],
-            "answer_details": self.answer_details,
-        }
+        view = dict(self.judge_view())
+        final = view.get("final_answer")
+        if isinstance(final, str):
+            view["final_answer"] = final[:SELECT_FINAL_ANSWER_CHARS]
+        details = view.get("answer_details")
+        if isinstance(details, list):
+            view["answer_details"] = details[:SELECT_DETAILS_ENTRIES]
+        view.pop("method", None)
+        return view
 
     def tool_names(self) -> list[str]:
         return [str(t.get("name", "")) for t in self.available_tools if isinstance(t, dict)]

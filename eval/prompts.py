@@ -2,13 +2,16 @@
 
 Each judge function is one user prompt (a ``str.format`` template with named fields)
 answered through one forced function call carrying a ``reason`` and a label. The
-default prompts are stbeval's own. ``load_template`` reads the original evaluator's
-template format, blocks of ``<function><name>N</name><description>PROMPT</description>
-</function>``, so published numbers can be reproduced with the prompts they used.
+default prompts and schemas are stbeval's own. ``load_template`` reads the original
+evaluator's template format, blocks of ``<function><name>N</name><description>PROMPT
+</description></function>``, so published numbers can be reproduced with the prompts
+they used; the schemas that go with them come from the evaluator's configuration
+(judgeconfig.py).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import string
 from dataclasses import dataclass
@@ -140,15 +143,24 @@ def schema(fn: JudgeFunction) -> dict[str, Any]:
 
 
 class Prompts:
-    """The prompt text of each judge function, defaults overridden by a template file."""
+    """The prompt text and forced-call schema of each judge function: stbeval's own,
+    overridden by a template file (text) and an evaluator configuration (schemas)."""
 
-    def __init__(self, overrides: Mapping[str, str] | None = None, *, origin: str = "built-in") -> None:
+    def __init__(self, overrides: Mapping[str, str] | None = None, *, origin: str = "built-in",
+                 schemas: Mapping[str, dict[str, Any]] | None = None, schemas_origin: str = "built-in") -> None:
         self._text = {**DEFAULT_PROMPTS, **(overrides or {})}
+        self._schemas = dict(schemas or {})
         self.origin = origin
+        self.schemas_origin = schemas_origin if schemas else "built-in"
         self.overridden = frozenset(overrides or ())
 
     def text(self, name: str) -> str:
         return self._text[name]
+
+    def schema(self, name: str) -> dict[str, Any]:
+        """The function definition sent for ``name`` (a fresh copy: callers may keep it)."""
+        given = self._schemas.get(name)
+        return copy.deepcopy(given) if given is not None else schema(FUNCTIONS[name])
 
     def render(self, name: str, fields: Mapping[str, str]) -> str:
         return self._text[name].format(**fields)
@@ -157,8 +169,10 @@ class Prompts:
 def parse_template(text: str, *, where: str = "template") -> dict[str, str]:
     """Prompt text by function name from a template in the original format.
 
-    The description is used as is (stripped of the newlines that frame it), as a
-    ``str.format`` template, which is how the original fills it.
+    The description is used exactly as written, newlines that frame it included, as a
+    ``str.format`` template: that is the text the original sends, so stripping anything
+    would change every request it makes. As in the original, the first <name> and
+    <description> of a block count, and a later block of the same name wins.
     """
     prompts: dict[str, str] = {}
     for block in _BLOCK.findall(text):
@@ -169,7 +183,7 @@ def parse_template(text: str, *, where: str = "template") -> dict[str, str]:
         key = name.group(1).strip()
         if key not in FUNCTIONS:
             raise TemplateError(f"{where}: unknown judge function {key!r} (known: {', '.join(FUNCTIONS)})")
-        prompts[key] = description.group(1).strip("\n")
+        prompts[key] = description.group(1)
     if not prompts:
         raise TemplateError(f"{where}: no <function> blocks found")
     for key, prompt in prompts.items():
@@ -177,14 +191,17 @@ def parse_template(text: str, *, where: str = "template") -> dict[str, str]:
     return prompts
 
 
-def load_template(path: str | Path) -> Prompts:
-    """Prompts from a template file; functions it does not define keep stbeval's wording."""
+def load_template(path: str | Path, *, schemas: Mapping[str, dict[str, Any]] | None = None,
+                  schemas_origin: str = "built-in") -> Prompts:
+    """Prompts from a template file; functions it does not define keep stbeval's wording.
+    ``schemas`` (an evaluator configuration's) replace stbeval's for the functions named."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise TemplateError(f"{path}: cannot read template ({exc})") from exc
-    return Prompts(parse_template(text, where=str(path)), origin=str(path))
+    return Prompts(parse_template(text, where=str(path)), origin=str(path), schemas=schemas,
+                   schemas_origin=schemas_origin)
 
 
 def _check_fields(name: str, prompt: str, where: str) -> None:

@@ -43,6 +43,9 @@ from .model import FINISH, Answer, Problem, chain, tree_problem
 from .queries import QueryIndex, first_words, normalize, task_text
 
 NO_LLM_CALL = "holds no chat-completion call (nor an OpenAI Responses or Anthropic Messages call)"
+#: The method of an answer whose recording names none (its ``method`` metadata). Traffic
+#: does not say which method the agent ran; the CLI gives such answers the run's name.
+UNNAMED_METHOD = "cassette"
 _WORDS = re.compile(r"[a-z0-9]+")
 
 
@@ -141,7 +144,7 @@ def read_traffic(recorded: Iterable[Recorded]) -> Traffic:
 
 
 def trajectory(conversation: Conversation, traffic: Traffic, qid: str, *, query: str | None = None,
-               method: str = "cassette", where: str = "") -> Answer | Problem:
+               method: str = UNNAMED_METHOD, where: str = "") -> Answer | Problem:
     """The conversation as a StableToolBench answer (converted shape)."""
     final = conversation.final
     if final.error:
@@ -250,7 +253,7 @@ def answers_from_traffic(traffic: Traffic, *, where: str, queries: QueryIndex | 
         if single_id is not None:
             return [(None, Problem(single_id, reason, where))], []
         return [], [f"{where}: {reason}"]
-    method = str(meta.get("method", "cassette"))
+    method = str(meta.get("method", UNNAMED_METHOD))
     if single_id is not None and len(traffic.conversations) == 1:
         found, _ = name_conversations(traffic, where=where, queries=queries, unmatched="digest")
         name = found[0]
