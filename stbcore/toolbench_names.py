@@ -74,3 +74,19 @@ def called_api_key_of(api_name: str, tool_std: str) -> str:
 def function_name(api_name: str, tool_name: str) -> str:
     """The function name agents see; OpenAI limits those to 64 characters."""
     return f"{api_key_name(api_name)}_for_{standardize(tool_name)}"[-64:]
+
+
+def server_names(category: str, tool_name: str, api_name: str) -> tuple[str, str, str]:
+    """(category key, tool key, API key) exactly as StableToolBench's virtual server reads
+    them from a /virtual call, which names the cache file it looks in.
+
+    Two quirks of that server are kept, since they decide hits: a tool name that already
+    ends in ``_for_<category key>`` is used as given, unstandardized; and the API name is
+    cut before ``_for_<tool_name>`` with the tool name as sent (so a function name cut by
+    its standardized tool name, ``songkick_concert_for_theclique`` of ``TheClique``, is not
+    cut, and names a file of its own).
+    """
+    cat = category_key(category)
+    api = api_key_name(api_name).split(f"_for_{tool_name}")[0]
+    tool = tool_name if tool_name.endswith(f"_for_{cat}") else f"{standardize(tool_name)}_for_{cat}"
+    return cat, tool, api

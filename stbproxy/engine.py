@@ -306,8 +306,8 @@ class Engine:
         if decision.latency:
             await asyncio.sleep(decision.latency)
         if decision.failed:
-            if self.config.mode is Mode.RECORD:
-                return self._injected(call, decision)  # record mode: the client sees the fault
+            if self.config.mode is Mode.RECORD or not call.may_simulate:
+                return self._injected(call, decision)  # the client sees the fault
             return await self._simulate(call, f"injected fault {decision.rule}", fault=decision.rule)
         if call.upstream is None:
             return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
@@ -333,7 +333,7 @@ class Engine:
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
         """The real API gave no answer: simulated in virtual mode when it is down; an error
         in record mode, and in every mode when a setting is at fault (TLS)."""
-        if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES:
+        if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES or not call.may_simulate:
             return self._error(call, exc)
         reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
         log.info("upstream failed for %s: %s", self._loggable(call.request), reason)

@@ -62,6 +62,10 @@ SECRET_FIELDS_DEFAULT = Names(SECRET_FIELDS | {
 })
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+EXACT, CANONICAL = "exact", "canonical"
+STB_KEYS = (EXACT, CANONICAL)  # KeyRules.stb_keys
+EXACT_MARK = "="  # an exact key's digest starts so: it never equals a canonical one
+HIDDEN_ARGUMENT = "<not keyed>"  # a secret or volatile value, in an exact key's text
 KEY_PATH_CHARS = 120  # how much of the path the readable key prefix keeps
 
 
@@ -81,11 +85,16 @@ class KeyRules:
     # Mixed into digests of credentials (an MCP call's auth context), so that a digest in a
     # key tells nothing of the credential to anyone without the store's own salt.
     auth_salt: bytes = b""
+    # How a StableToolBench call's arguments are keyed (stb_api_key): "exact", as that
+    # benchmark's server looks them up, or "canonical", compared as text whatever their order.
+    stb_keys: str = "exact"
     secret_fields: frozenset[str] = field(init=False)
     secret_headers: frozenset[str] = field(init=False)
     unkeyed_fields: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.stb_keys not in STB_KEYS:
+            raise ValueError(f"stb_keys must be one of {', '.join(STB_KEYS)}, not {self.stb_keys!r}")
         lower = lambda names: frozenset(n.lower() for n in names)  # noqa: E731
         fields = (SECRET_FIELDS_DEFAULT | lower(self.extra_secret_fields)) - lower(self.not_secret_fields)
         headers = (SECRET_HEADERS | lower(self.extra_secret_headers)) - lower(self.not_secret_headers)
@@ -157,6 +166,39 @@ def api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) 
     The rule is stbcore's, shared with the evaluator's call matching.
     """
     return f"{api_prefix(api)}{arguments_digest(args, rules.unkeyed_fields)}"
+
+
+def stb_api_key(api: ApiRef, args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
+    """The key of a StableToolBench call under ``rules.stb_keys``: exact_api_key of its
+    arguments' text, or the canonical api_key."""
+    if rules.stb_keys == EXACT:
+        return exact_api_key(api, exact_arguments_text(args, rules))
+    return api_key(api, args, rules)
+
+
+def exact_arguments_text(args: dict[str, Any], rules: KeyRules = DEFAULT_RULES) -> str:
+    """The text StableToolBench's server looks a call up by: ``str()`` of the arguments as
+    parsed from the call's JSON, so their order and types count (``{'id': 294}`` is not
+    ``{'id': '294'}``). A secret or volatile value is replaced by HIDDEN_ARGUMENT, so that it
+    enters no key (its name and place still do)."""
+    hidden = [name for name in args if type(name) is str and name in rules.unkeyed_fields]
+    if hidden:
+        args = {**args, **dict.fromkeys(hidden, HIDDEN_ARGUMENT)}
+    return str(dict(args))
+
+
+def exact_api_key(api: ApiRef, text: str) -> str:
+    """``api/<category>/<tool>/<api>/=<digest>``: one key per arguments text
+    (exact_arguments_text, or a cache file's own key)."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{api_prefix(api)}{EXACT_MARK}{digest}"
+
+
+def stb_keys_of(key: str) -> str | None:
+    """Which StableToolBench keys an ``api/`` key is (EXACT or CANONICAL); None for another key."""
+    if not key.startswith("api/"):
+        return None
+    return EXACT if key.rpartition("/")[2].startswith(EXACT_MARK) else CANONICAL
 
 
 def api_prefix(api: ApiRef) -> str:

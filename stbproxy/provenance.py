@@ -5,7 +5,8 @@ says where its content came from: on a hit, the stored entry's origin (``upstrea
 ``simulated``, ``imported``, ``injected``), otherwise the same as the source. A simulated
 answer also names its simulator (``X-Stb-Simulator``), and one made for an injected fault
 its rule (``X-Stb-Fault``), when it is served fresh and on every later hit: a simulated
-answer never passes for a real one.
+answer never passes for a real one. An answer that is a failed one (a cached failure that
+StableToolBench's server would serve too) names its failure kind (``X-Stb-Failure``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ SOURCE_HEADER = "X-Stb-Source"
 ORIGIN_HEADER = "X-Stb-Origin"
 SIMULATOR_HEADER = "X-Stb-Simulator"
 FAULT_HEADER = "X-Stb-Fault"
+FAILURE_HEADER = "X-Stb-Failure"  # the failure kind of an answer that is a failed one (a cached failure)
 
 
 def simulator_name(meta: Mapping | None) -> str | None:
@@ -37,9 +39,14 @@ def marked(response: Response, source: Source, origin: Source, meta: Mapping | N
         simulator = simulator_name(meta)
         if simulator:
             response = response.with_header(SIMULATOR_HEADER, _header_safe(simulator))
-    fault = meta.get("fault") if meta else None
+    if not meta:
+        return response
+    fault = meta.get("fault")
     if fault:
         response = response.with_header(FAULT_HEADER, _header_safe(str(fault)))
+    failure = meta.get("failure")
+    if failure and failure != "success":
+        response = response.with_header(FAILURE_HEADER, _header_safe(str(failure)))
     return response
 
 

@@ -26,6 +26,7 @@ from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
 from stbproxy.upstream import Upstream
 from stbproxy.kinds import proxy_kinds
+from stbproxy.keys import stb_keys_of
 from stbproxy.openapi.catalog import OpenApiCatalog, load_for_store
 from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.workers.link import LinkClient
@@ -92,6 +93,8 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
         timeout=settings.sim_timeout,
         system_prompt=system_prompt_of(settings),
         template=PromptTemplate.read(settings.sim_prompt) if settings.sim_prompt else None,
+        mirrorapi_parse=settings.mirrorapi_parse,
+        mirrorapi_unknown=settings.mirrorapi_unknown,
         **optional,
     )
     kind = config.choose_kind()
@@ -110,6 +113,20 @@ def check_fork_source(settings: Settings, store) -> None:
         store.close()
         raise ConfigError(f"fork {settings.fork}: the store holds no session {source!r} to fork ('stbproxy sessions' "
                           "lists them)", setting="fork")
+
+
+def check_stb_keys(settings: Settings, store: Store) -> None:
+    """A store whose StableToolBench entries are keyed otherwise than this proxy keys calls
+    would miss every one of them, silently: refused, naming the setting that fits."""
+    first = next(iter(store.keys("api/")), None)
+    made = stb_keys_of(first) if first is not None else None
+    wanted = settings.stb_keys
+    if made is not None and made != wanted:
+        store.close()
+        raise ConfigError(f"the store at {settings.store} holds StableToolBench calls under {made} keys ({first}), "
+                          f"and this proxy makes {wanted} keys, so every stored call would miss: serve it with "
+                          f"--stb-keys {made}, or import into a new store with --stb-keys {wanted}",
+                          setting="stb_keys")
 
 
 class Runtime:
@@ -141,6 +158,7 @@ class Runtime:
         else:
             self.store = open_store(settings)
             check_fork_source(settings, self.store)
+            check_stb_keys(settings, getattr(self.store, "local", self.store))
         try:
             self.upstream = upstream or Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)

@@ -15,7 +15,7 @@ from stbproxy.errors import ConfigError
 from stbproxy.forensics import drift
 from stbproxy.forensics.naming import parse_fork
 from stbproxy.sim.faults import FaultPlan
-from stbproxy.keys import KeyRules
+from stbproxy.keys import EXACT, STB_KEYS, KeyRules
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mcp.endpoints import parse_specs
@@ -50,6 +50,7 @@ class Settings:
     upstream_insecure: bool = False
     upstream_proxy: str | None = None
     validity: str = AUTO  # stb for StableToolBench traffic, strict for other HTTP
+    stb_keys: str = EXACT  # StableToolBench calls keyed as its server looks them up, or canonical
     refresh_simulated: bool = False  # virtual mode: ask the real API again for stored simulated answers
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
@@ -68,7 +69,7 @@ class Settings:
     rapidapi_key: str | None = field(default=None, repr=False)  # a secret: never printed
     simulator: str = "auto"
     sim_model: str | None = None
-    sim_temperature: float = 0.0
+    sim_temperature: float | None = None  # None: the simulator's own (0; 0.1 for mirrorapi)
     sim_max_tokens: int | None = None
     sim_seed: int | None = None
     sim_concurrency: int = 16
@@ -77,6 +78,8 @@ class Settings:
     stb_dir: Path | None = None  # a StableToolBench checkout, whose server's system prompts MirrorAPI needs
     stb_prompt: str = "plain"  # which of them: "plain" or "cot"
     sim_prompt: Path | None = None  # a prompt template (sim/prompt_file.py)
+    mirrorapi_parse: str = "stb"  # mirrorapi replies read as StableToolBench's server does, or "recover"
+    mirrorapi_unknown: str = "fail"  # mirrorapi for an API the catalog does not hold: HTTP 500, or "prompt"
     shared: str | None = field(default=None, repr=False)  # the shared tier's URL (may hold a password)
     max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
@@ -91,6 +94,9 @@ class Settings:
         if self.validity not in CHOICES:
             raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(CHOICES)}",
                               setting="validity")
+        if self.stb_keys not in STB_KEYS:
+            raise ConfigError(f"StableToolBench keys {self.stb_keys!r} are not one of {', '.join(STB_KEYS)}",
+                              setting="stb_keys")
         if self.simulator not in SIMULATORS:
             raise ConfigError(f"simulator {self.simulator!r} is not one of {', '.join(SIMULATORS)}",
                               setting="simulator")
@@ -172,6 +178,7 @@ class Settings:
         fields = (*self.secret_fields, *spec_secrets.get("query", ()), *spec_secrets.get("cookie", ()))
         headers = (*self.secret_headers, *spec_secrets.get("header", ()))
         rules = KeyRules.build(fields, headers, self.volatile_fields, self.not_secret_fields, self.not_secret_headers)
+        rules = replace(rules, stb_keys=self.stb_keys)
         salt = auth_salt(self.store) if self.cassette is None else b""
         return replace(rules, auth_salt=salt) if salt else rules
 

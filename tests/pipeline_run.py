@@ -251,8 +251,10 @@ def _call_tool(web: requests.Session, item: Item, fn: dict[str, Any], tools: str
                tool_base: str | None) -> str:
     category, tool, api = item.apis[fn["name"]]
     if tools == "virtual":
-        payload = {"category": category, "tool_name": tool, "api_name": api, "tool_input": fn["arguments"],
-                   "strip": "truncate", "toolbench_key": TOOLBENCH_KEY}
+        # As the pipeline's rapidapi_wrapper sends them: the category as the query file names it,
+        # the standardized tool name and the API's key (change_name(standardize(api_name))).
+        payload = {"category": category, "tool_name": standardize(tool), "api_name": api_key_name(api),
+                   "tool_input": fn["arguments"], "strip": "truncate", "toolbench_key": TOOLBENCH_KEY}
         reply = web.post(service_url, json=payload, headers={"toolbench_key": TOOLBENCH_KEY}, timeout=30)
         return json.dumps(reply.json())
     host = f"{standardize(tool).replace('_', '-')}.p.rapidapi.com"

@@ -16,7 +16,7 @@ from stbproxy.cassettes import reading as cassette_reading
 from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import InputError, StbError
-from stbproxy.keys import DEFAULT_RULES, api_key, request_key
+from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key, exact_api_key, request_key
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
 from stbproxy.stb.api_requests import stored_request
 from stbproxy.kinds import http_call
@@ -299,11 +299,15 @@ def test_an_exported_virtual_call_is_keyed_as_its_api_call_again():
     # A /virtual call of an API whose URL the catalog does not know is stored (and
     # exported) as a stand-in request; importing it must give back the API's key, so
     # that `serve --cassette` answers the same /virtual call from it.
+    # Its arguments keep their order and types, which its exact key is made of.
     ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
-    args = {"id_conc": "40698227", "page": 2}
+    args = {"page": 2, "id_conc": "40698227"}
     stand_in = stored_request(ref, None, args)
     ex = cassette_reading.imported_exchange(stand_in, Response(200), catalog=None, rules=DEFAULT_RULES, now=0.0)
-    assert ex.api == ref and ex.key == api_key(ref, {"id_conc": "40698227", "page": "2"}, DEFAULT_RULES)
+    assert ex.api == ref and ex.key == exact_api_key(ref, "{'page': 2, 'id_conc': '40698227'}")
+    canonical = KeyRules(stb_keys="canonical")
+    again = cassette_reading.imported_exchange(stand_in, Response(200), catalog=None, rules=canonical, now=0.0)
+    assert again.key == api_key(ref, {"id_conc": "40698227", "page": "2"}, canonical)
     other = Request("POST", "http://virtual.invalid/not/an/api/call", (), b"[]")
     assert cassette_reading.imported_exchange(other, Response(200), catalog=None, rules=DEFAULT_RULES,
                                        now=0.0).key == request_key(other)
@@ -328,3 +332,34 @@ def test_vcrpys_loader_refuses_object_construction(tmp_path, monkeypatch):
     with pytest.raises(yaml.constructor.ConstructorError):
         yamlserializer.deserialize("!!python/object/apply:os.system ['touch PWNED']")
     assert not os.path.exists("PWNED")
+
+
+@pytest.mark.parametrize("answer", [
+    {"error": "", "response": "API rate limit exceeded"},  # a cached failure, plain
+    {"error": "Function executing from x error...\ntimed out", "response": ""},  # an error text
+    {"response": "the other way round", "error": ""},  # kept whole
+    {"error": "", "response": {"a": 1}, "took": 0.5},
+])
+def test_a_stabletoolbench_answer_crosses_a_cassette_as_it_is_served(answer):
+    """An imported answer's error text and whole object ride in the cassette, so that a
+    cassette replays the answer StableToolBench's server would give."""
+    from stbproxy.engine import Answer
+    from stbproxy.stb.bodies import answer_parts
+    from stbproxy.stb.virtual_api import reply_from_answer
+
+    ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
+    response, meta = answer_parts(answer)
+    exchange = Exchange(exact_api_key(ref, "{'id_conc': '1'}"), stored_request(ref, None, {"id_conc": "1"}),
+                        response, Source.IMPORTED, 0.0, api=ref, meta=meta)
+    (interaction,) = cassettes.exchanges_to_cassette([exchange])["interactions"]
+    request = Request(interaction["request"]["method"], interaction["request"]["uri"], (),
+                      interaction["request"]["body"].encode())
+    headers = tuple((k, v) for k, values in interaction["response"]["headers"].items() for v in values)
+    body = interaction["response"]["body"]["string"]
+    again = cassette_reading.imported_exchange(
+        request, Response(200, headers, body.encode() if isinstance(body, str) else body),
+        catalog=None, rules=DEFAULT_RULES, now=0.0)
+    assert again.key == exchange.key
+    served = reply_from_answer(Answer(again.response, Source.CACHE, again.key, again.meta))
+    assert json.dumps(served.document) == json.dumps(answer)
+    assert not any(k.lower() in ("x-stb-error", "x-stb-answer") for k, _ in again.response.headers)

@@ -136,7 +136,7 @@ from stbproxy.stb.cache_import import cache_files, encoded_files
 
 root = Path(sys.argv[1])
 with ctrl_c_between_writes() as ctrl_c, ctrl_c.stoppable():
-    files = encoded_files(cache_files(root), root, catalog_file=None, include_invalid=False, now=0, jobs=2,
+    files = encoded_files(cache_files(root), root, catalog_file=None, now=0, jobs=2,
                           shield=ctrl_c.holding)
     next(files)
     ctrl_c.presses = 1  # the first press: the import stops at its next file and closes the encoder

@@ -42,7 +42,8 @@ def test_folders_and_files_no_request_reaches_are_named_with_their_right_name_an
     cache, store = write_cache(tmp_path / "cache", MISNAMED), tmp_path / "store"
     result = stbproxy("import", "stb-cache", str(cache), "--store", str(store), "--jobs", "1")
     assert result.returncode == 0, result.stderr
-    assert "imported: 3, duplicates: 0, invalid (left out): 0, unparseable: 0, unreachable files (left out): 4" \
+    assert ("imported: 3, duplicates: 0, failed answers kept (served as StableToolBench serves them): 0, "
+            "unparseable: 0, unreachable files (left out): 4") \
         in result.stdout
     reported = [line.strip() for line in result.stderr.splitlines()]
     assert reported == [
@@ -103,21 +104,33 @@ def test_an_import_that_brings_in_nothing_fails_with_one_line_saying_why(tmp_pat
     assert result.stderr.splitlines()[-1] == "stbproxy: error: " + says.format(cache=cache)
 
 
-def test_only_failed_answers_import_nothing_and_name_include_invalid(tmp_path):
+def test_cached_failures_are_kept_by_default_and_skip_failures_leaves_them_out(tmp_path):
     cache = tmp_path / "cache"
     write_cache(cache, {"Data/weather_for_Data/a.json": 1})
     (cache / "Data/weather_for_Data/a.json").write_text(json.dumps({"{'city': 'x'}": {
         "error": "", "response": "API rate limit exceeded"}}))
-    result = stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "store"))
-    assert result.returncode == 1 and "invalid (left out): 1" in result.stdout
-    assert result.stderr.splitlines()[-1] == (
-        "stbproxy: error: nothing imported: the 1 entries that could be read are failed answers (StableToolBench's "
-        "check_result rejects them); --include-invalid imports them")
+    kept = stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "store"))
+    assert kept.returncode == 0
+    assert "imported: 1, duplicates: 0, failed answers kept (served as StableToolBench serves them): 1" in kept.stdout
     # a second run that finds everything stored already has imported nothing new, and is fine
-    with_failures = ("import", "stb-cache", str(cache), "--store", str(tmp_path / "s2"), "--include-invalid")
-    assert stbproxy(*with_failures).returncode == 0
-    again = stbproxy(*with_failures)
+    again = stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "store"))
     assert again.returncode == 0 and "imported: 0, duplicates: 1" in again.stdout
+    skipped = stbproxy("import", "stb-cache", str(cache), "--store", str(tmp_path / "s2"), "--skip-failures")
+    assert skipped.returncode == 1 and "failed answers left out (--skip-failures): 1" in skipped.stdout
+    assert skipped.stderr.splitlines()[-1] == (
+        "stbproxy: error: nothing imported: the 1 entries that could be read are failed answers (StableToolBench's "
+        "check_result rejects them), left out by --skip-failures")
+
+
+def test_an_import_under_other_keys_than_the_store_holds_is_refused(tmp_path):
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    write_cache(cache, {"Data/weather_for_Data/a.json": 1})
+    assert stbproxy("import", "stb-cache", str(cache), "--store", str(store)).returncode == 0
+    other = stbproxy("import", "stb-cache", str(cache), "--store", str(store), "--stb-keys", "canonical")
+    assert other.returncode != 0
+    assert other.stderr.splitlines()[-1] == (
+        f"stbproxy: error: the store at {store} holds StableToolBench calls under exact keys, and this import would "
+        "add canonical keys, which no proxy serving it would meet: import with --stb-keys exact, or into a new store")
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -131,8 +144,37 @@ def test_a_cache_full_of_broken_entries_counts_every_one_and_lists_the_first_fif
         path.write_text(json.dumps({**broken, **good}))
     result = stbproxy("import", "stb-cache", str(cache), "--store", str(store), "--jobs", jobs)
     assert result.returncode == 0, result.stderr
-    assert "imported: 24, duplicates: 0, invalid (left out): 0, unparseable: 120" in result.stdout
+    assert ("imported: 24, duplicates: 0, failed answers kept (served as StableToolBench serves them): 0, "
+            "unparseable: 120") in result.stdout
     listed = [line for line in result.stderr.splitlines() if line.startswith("  unparseable: ")]
     assert len(listed) == 50
     assert "cache key is not a Python dict literal" in listed[0]
     assert result.stderr.splitlines()[-1] == "  ... and 70 more"
+
+
+def test_a_proxy_keying_otherwise_than_the_store_is_refused_before_it_is_ready(tmp_path):
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    write_cache(cache, {"Data/weather_for_Data/a.json": 1})
+    assert stbproxy("import", "stb-cache", str(cache), "--store", str(store)).returncode == 0
+    served = stbproxy("serve", "--store", str(store), "--port", "0", "--stb-keys", "canonical",
+                      "--confdir", str(tmp_path / "certs"))
+    assert served.returncode != 0 and "listening" not in served.stdout
+    assert served.stderr.strip().splitlines()[-1].startswith(
+        f"stbproxy: error: the store at {store} holds StableToolBench calls under exact keys (api/Data/")
+    assert "serve it with --stb-keys exact, or import into a new store with --stb-keys canonical" in served.stderr
+
+
+def test_stats_count_imported_failed_answers_apart(tmp_path):
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    write_cache(cache, {"Data/weather_for_Data/a.json": 2})
+    (cache / "Data/weather_for_Data/b.json").write_text(json.dumps({
+        "{'city': 'x'}": {"error": "", "response": "API rate limit exceeded"},
+        "{'city': 'y'}": {"error": "", "response": "Unauthorized"}}))
+    assert stbproxy("import", "stb-cache", str(cache), "--store", str(store)).returncode == 0
+    shown = stbproxy("stats", "--store", str(store))
+    assert "failed answers, by origin (served as stored)" in shown.stdout
+    assert [line.split() for line in shown.stdout.splitlines() if line.startswith("imported")] == [
+        ["imported", "4", "100.0%"], ["imported", "2", "50.0%"]]
+    errors = json.loads(stbproxy("stats", "--store", str(store), "--errors", "--json").stdout)
+    assert errors["imported_failures"] == {"total": 2, "by_kind": {"not_connected": 1, "not_authorised": 1}}
+    assert sum(row["count"] for row in errors["real"]) == 0  # not this proxy's calls

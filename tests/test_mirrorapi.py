@@ -1,6 +1,8 @@
 """StableToolBench's trained simulator (MirrorAPI) and prompt templates: the exact request its
-model gets, its malformed replies read leniently (or refused), its system prompt read from a
-StableToolBench checkout without running it, and a real `stbproxy serve` using it."""
+model gets, its replies read as StableToolBench's MirrorAPI server reads them (by default) or
+leniently (--mirrorapi-parse recover), an API it does not know failed as it fails, its system
+prompt read from a StableToolBench checkout without running it, and a real `stbproxy serve`
+using it. StableToolBench's behaviour is written down here as data, from its server's rules."""
 
 from __future__ import annotations
 
@@ -220,7 +222,7 @@ def health(verbose) -> dict:
     return stb_call("Logistics", "suivi_colis", "health", {"verbose": verbose}, TOOLBENCH_KEY)
 
 
-def test_serve_with_mirrorapi_sends_the_trained_request_and_keeps_its_answer(tmp_path):
+def test_serve_with_mirrorapi_recover_reads_further_and_asks_again(tmp_path):
     store = tools_store(tmp_path)
     root = checkout(tmp_path / "StableToolBench")
 
@@ -233,7 +235,8 @@ def test_serve_with_mirrorapi_sends_the_trained_request_and_keeps_its_answer(tmp
     with FakeOpenAI(model) as llm:
         env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-mirror-test"}
         with ProxyProcess(store, "--simulator", "mirrorapi", "--stb-dir", str(root), "--stb-prompt", "cot",
-                          "--sim-model", "simulation-qwen", "--sim-temperature", "0.1", env=env) as proxy:
+                          "--sim-model", "simulation-qwen", "--sim-temperature", "0.1", "--mirrorapi-parse", "recover",
+                          env=env) as proxy:
             assert "simulator mirrorapi simulation-qwen" in "".join(proxy.output)
             drop_in = {"SERVICE_URL": f"{proxy.url}/virtual"}
             first, again, hopeless = stb_client(drop_in, [health(True), health(True), health(False)])
@@ -295,6 +298,10 @@ def test_an_error_answer_reaches_a_virtual_client_as_stabletoolbench_serves_it(t
      "--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too"),
     (["--simulator", "mirrorapi", "--sim-system-prompt", "FILE", "--stb-dir", "CHECKOUT"],
      "give --sim-system-prompt or --stb-dir, not both"),
+    (["--simulator", "schema", "--mirrorapi-parse", "recover"],
+     "--mirrorapi-parse and --mirrorapi-unknown are for the mirrorapi simulator, not schema"),
+    (["--simulator", "llm", "--mirrorapi-unknown", "prompt"],
+     "--mirrorapi-parse and --mirrorapi-unknown are for the mirrorapi simulator, not llm"),
 ])
 def test_prompt_mistakes_stop_serve_before_it_is_ready(tmp_path, args, words):
     places = {"CHECKOUT": checkout(tmp_path / "StableToolBench"), "EMPTY": tmp_path / "empty",
@@ -313,7 +320,7 @@ def test_prompt_mistakes_stop_serve_before_it_is_ready(tmp_path, args, words):
 
 # -- the simulator itself, against the OpenAI-compatible fake --------------------------------------
 
-MALFORMED = {
+RECOVERED = {
     "well formed": ('{"error": "", "response": "{\\"status\\": \\"up\\"}"}', '{"status": "up"}', None),
     "code fence": ('```json\n{"error": "", "response": "up"}\n```', "up", "code fence"),
     "mechanism first": ('{"mechanism_of_the_api": "m", "error": "", "response": "up"}', "up",
@@ -325,7 +332,7 @@ MALFORMED = {
 }
 
 
-def run_simulation(server: FakeOpenAI, args: dict, store=None, **settings):
+def run_simulation(server: FakeOpenAI, args: dict, store=None, doc=HEALTH, **settings):
     import asyncio
 
     from stbproxy.sim.config import SimulatorConfig
@@ -335,8 +342,9 @@ def run_simulation(server: FakeOpenAI, args: dict, store=None, **settings):
     config = SimulatorConfig(**{"kind": "mirrorapi", "model": "mirror", "base_url": server.base_url, "api_key": "k",
                                 "temperature": 0.2, "system_prompt": PLAIN, "max_retries": 0, **settings})
     simulator = build_simulator(config, None, store)
-    job = SimulationRequest(Request("GET", "https://suivi-colis.p.rapidapi.com/health"), api_key(HEALTH.ref, args),
-                            HEALTH.ref, "the API is down", doc=HEALTH, args=args)
+    ref = HEALTH.ref if doc is None else doc.ref
+    job = SimulationRequest(Request("GET", "https://suivi-colis.p.rapidapi.com/health"), api_key(ref, args),
+                            ref, "the API is down", doc=doc, args=args)
 
     async def once():
         try:
@@ -346,11 +354,11 @@ def run_simulation(server: FakeOpenAI, args: dict, store=None, **settings):
     return asyncio.run(once())
 
 
-@pytest.mark.parametrize("name", list(MALFORMED))
-def test_each_kind_of_reply_through_the_fake(name):
-    reply, response, how = MALFORMED[name]
+@pytest.mark.parametrize("name", list(RECOVERED))
+def test_each_kind_of_reply_recovered_through_the_fake(name):
+    reply, response, how = RECOVERED[name]
     with FakeOpenAI(lambda _request: reply) as server:
-        made = run_simulation(server, {"verbose": True, "toolbench_key": TOOLBENCH_KEY})
+        made = run_simulation(server, {"verbose": True, "toolbench_key": TOOLBENCH_KEY}, mirrorapi_parse="recover")
         (asked,) = server.chat_requests()
     assert made.ok and made.response.body.decode() == response
     assert made.meta["simulator"] == "mirrorapi" and made.meta.get("recovered") == how
@@ -358,10 +366,10 @@ def test_each_kind_of_reply_through_the_fake(name):
                      "messages": [{"role": "system", "content": PLAIN}, {"role": "user", "content": HEALTH_MESSAGE}]}
 
 
-def test_a_reply_with_nothing_to_recover_is_asked_again_then_fails():
+def test_a_reply_with_nothing_to_recover_is_asked_again_then_fails_with_recover():
     replies = iter(["Sorry, no.", "```\nnothing here\n```", "I am an API server."])
     with FakeOpenAI(lambda _request: next(replies)) as server:
-        made = run_simulation(server, {"verbose": False})
+        made = run_simulation(server, {"verbose": False}, mirrorapi_parse="recover")
         assert server.calls == 3
     assert not made.ok and made.meta["attempts"] == 3
     assert "no usable reply in 3 attempts" in made.response.body.decode()
@@ -372,7 +380,7 @@ def test_the_meta_says_who_made_the_answer_how_and_at_what_cost():
     replies = iter(["No idea.",
                     '```json\n{"mechanism_of_the_api": "m", "error": "", "response": "{\\"up\\": true}"\n```'])
     with FakeOpenAI(lambda _request: next(replies)) as server:
-        made = run_simulation(server, {"verbose": True})
+        made = run_simulation(server, {"verbose": True}, mirrorapi_parse="recover")
         first, second = server.chat_requests()
     assert made.ok and made.response.body == b'{"up": true}'
     meta = made.meta
@@ -405,7 +413,8 @@ def test_a_mirrorapi_template_keeps_the_trained_settings_and_fills_the_examples(
                            Source.UPSTREAM, 0.0, api=HEALTH.ref))
         template = PromptTemplate.parse("[system]\nBe {{the}} API.\n[user]\n{examples}\n---\n{request}")
         with FakeOpenAI(lambda _request: "{'error': '', 'response': 'up'}") as server:
-            made = run_simulation(server, {"verbose": True}, store=store, template=template, system_prompt=None)
+            made = run_simulation(server, {"verbose": True}, store=store, template=template, system_prompt=None,
+                                  mirrorapi_parse="recover")
             (asked,) = server.chat_requests()
     assert made.ok and made.meta["recovered"] == "python literal"
     assert asked["messages"] == [{"role": "system", "content": "Be {the} API."},
@@ -446,3 +455,209 @@ def test_serve_settings_read_the_prompt_the_user_chose(tmp_path):
         system_prompt_of(settings(tmp_path, stb_dir=root, sim_system_prompt=tmp_path / "system.txt"))
     with pytest.raises(ConfigError, match="--stb-prompt must be one of plain, cot"):
         system_prompt_of(settings(tmp_path, stb_dir=root, stb_prompt="fancy"))
+
+
+# -- StableToolBench's MirrorAPI server, the default ---------------------------------------------------
+
+NO_ANSWER = {"error": "Failed to generate fake response", "response": ""}
+# What StableToolBench's server answers for each reply of its model: it reads the reply with
+# json.loads, else (not JSON) with one of two patterns (the chain-of-thought one when
+# "mechanism_of_the_api" is anywhere in it), once; it answers the object found, NO_ANSWER when
+# neither member holds anything, and fails (HTTP 500) on JSON that is no object with both
+# members and on an answer JSON cannot carry.
+STB_READS = [
+    ('{"error": "", "response": "{\\"status\\": \\"up\\"}"}', {"error": "", "response": '{"status": "up"}'}),
+    ('{"mechanism_of_the_api": "m", "error": "", "response": "up"}', {"error": "", "response": "up"}),
+    # not JSON: the error up to its first quote, the response to the reply's end, as written
+    ('```json\n{"error": "", "response": "up"}\n```', {"error": "", "response": 'up"}\n```'}),
+    ('{"error": "", "response": "up"} Let me know.', {"error": "", "response": 'up"} Let me know.'}),
+    ('{"error": "", "response": "{\\"status\\": \\"u', {"error": "", "response": '{\\"status\\": \\"u'}),
+    ('```json\n{"mechanism_of_the_api": "It says "up".", "error": "", "response": "{\\"up\\": true}"}\n```',
+     {"error": "", "response": '{\\"up\\": true}"}\n```'}),
+    ('{"error": "bad", "response": null}', {"error": "bad", "response": None}),
+    ('{"error": null, "response": "up"}', {"error": None, "response": "up"}),
+    ('{"error": {"code": 1}, "response": ""}', {"error": {"code": 1}, "response": ""}),
+    # nothing the patterns take, or nothing in what they take
+    ('{"error": "Param "x" is bad", "response": ""}', NO_ANSWER),
+    ('{"error" : "", "response": "up"} x', NO_ANSWER),  # the plain pattern has no space before its colon
+    ("{'error': '', 'response': 'up'}", NO_ANSWER),
+    ("The API is healthy.", NO_ANSWER),
+    ("", NO_ANSWER),
+    ('{"error": "", "response": ""}', NO_ANSWER),
+    ('{"response": "up"}', 500),
+    ("[1]", 500),
+    ('{"error": "", "response": NaN}', 500),
+    ({"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]}, 500),
+    ({"id": "c", "choices": []}, 500),
+]
+SERVER_ERROR = (500, "Internal Server Error")  # FastAPI's answer to the server's exception
+
+
+def served(made) -> tuple[int, object]:
+    """What the proxy's /virtual answers for a simulation: 200 and the answer object, or
+    a status of its own and its body's text."""
+    from stbproxy.engine import Answer
+    from stbproxy.models import Source
+    from stbproxy.stb.virtual_api import reply_from_answer
+
+    source = Source.SIMULATED if made.ok else Source.SIMULATED_ERROR
+    reply = reply_from_answer(Answer(made.response, source, meta=made.meta))
+    return (200, reply.document) if reply.status == 200 else (reply.status, reply.body().decode())
+
+
+@pytest.mark.parametrize("reply,answer", STB_READS)
+def test_replies_are_read_as_stabletoolbench_reads_them_once(reply, answer):
+    with FakeOpenAI(lambda _request: reply) as server:
+        made = run_simulation(server, {"verbose": True})
+        assert server.calls == 1
+    assert served(made) == (SERVER_ERROR if answer == 500 else (200, answer))
+    assert made.ok == (answer not in (500, NO_ANSWER))  # kept only when it is an answer
+    assert (made.meta.get("virtual_status") == 500) == (answer == 500)
+
+
+def test_the_request_is_stabletoolbench_s_member_for_member():
+    with FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
+        run_simulation(server, {"verbose": True, "toolbench_key": TOOLBENCH_KEY}, model=None, temperature=None)
+        (sent,) = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
+    # its openai client's order (chat.completions.create), the model its server asks for unless
+    # configured, the temperature its configuration ships with
+    assert list(json.loads(sent)) == ["messages", "model", "max_tokens", "seed", "temperature"]
+    assert json.loads(sent) == {"messages": [{"role": "system", "content": PLAIN},
+                                             {"role": "user", "content": HEALTH_MESSAGE}],
+                                "model": "simulation-250123-qwen25-mixed", "max_tokens": 2048, "seed": 42,
+                                "temperature": 0.1}
+
+
+def virtual_facts(category: str, tool: str, api: str, args: dict, doc=HEALTH) -> CallFacts:
+    """A /virtual call as the simulator sees it, with the names its client wrote."""
+    from stbproxy.keys import DEFAULT_RULES
+    from stbproxy.sim.call_facts import call_facts
+    from stbproxy.sim.simulation import SimulationRequest
+
+    body = json.dumps({"category": category, "tool_name": tool, "api_name": api, "tool_input": json.dumps(args),
+                       "strip": "", "toolbench_key": TOOLBENCH_KEY}).encode()
+    request = Request("POST", "http://127.0.0.1:8080/virtual", (("Content-Type", "application/json"),), body)
+    ref = doc.ref if doc is not None else HEALTH.ref
+    job = SimulationRequest(request, api_key(ref, args), ref, "the API is down", doc=doc, args=args)
+    return call_facts(job, None, DEFAULT_RULES)
+
+
+# The doc's tool_name and tool_category as StableToolBench's MirrorAPI server writes them for the
+# names a /virtual client sent: the tool as written, cut at its first "_for_"; the category's key.
+STB_DOC_NAMES = [
+    (("Logistics", "Suivi-Colis"), ("Suivi-Colis", "Logistics")),
+    (("Logistics", "suivi_colis"), ("suivi_colis", "Logistics")),
+    (("Logistics", "suivi_colis_for_Logistics"), ("suivi_colis", "Logistics")),
+    (("Sports", "Free NBA"), ("Free NBA", "Sports")),
+    (("News, Media", "Data for Good"), ("Data for Good", "News_Media")),
+    (("Business Software", "data_for_good"), ("data", "Business_Software")),
+]
+
+
+@pytest.mark.parametrize("sent,named", STB_DOC_NAMES)
+def test_the_doc_names_the_tool_as_the_virtual_client_sent_it(sent, named):
+    from stbproxy.sim.mirror_api import api_doc
+
+    described = api_doc(virtual_facts(*sent, "health", {"verbose": True}))
+    assert (described["tool_name"], described["tool_category"]) == named
+
+
+def test_the_user_message_of_a_virtual_call_is_stabletoolbench_s():
+    facts = virtual_facts("Logistics", "Suivi-Colis", "health", {"verbose": True, "toolbench_key": TOOLBENCH_KEY})
+    assert user_message(facts) == HEALTH_MESSAGE.replace("'suivi_colis'", "'Suivi-Colis'")
+
+
+# Whether StableToolBench's MirrorAPI server finds an API in its tool docs: it reads the file of
+# the tool as sent, standardized and cut at its first "_for_", and compares the API name it reads
+# from the call (standardized, ToolBench's reserved words renamed, cut before "_for_" and the tool
+# as sent) with each documented name standardized; else it fails.
+STB_FINDS = [
+    (("Logistics", "suivi_colis", "health"), ("Suivi-Colis", "Health"), True),
+    (("Logistics", "Suivi-Colis", "Health"), ("Suivi-Colis", "Health"), True),
+    (("Logistics", "suivi_colis_for_Logistics", "health"), ("Suivi-Colis", "Health"), True),
+    (("Logistics", "suivi_colis", "health_for_suivi_colis"), ("Suivi-Colis", "Health"), True),
+    (("Logistics", "Suivi-Colis", "health_for_suivi_colis"), ("Suivi-Colis", "Health"), False),  # no cut
+    (("Logistics", "suivi_colis", "is_id"), ("Suivi-Colis", "ID"), False),  # "is_id" looked for, "id" documented
+    (("Logistics", "suivi_colis", "id"), ("Suivi-Colis", "ID"), False),
+    (("Logistics", "suivi_colis", "id_for_suivi_colis"), ("Suivi-Colis", "ID"), True),
+    (("Logistics", "suivi_colis", "2nd check"), ("Suivi-Colis", "2nd check"), True),
+    (("Science", "materials_platform_for_data_science", "get_data"), ("Materials Platform for Data Science",
+                                                                     "Get data"), False),  # materials_platform.json
+]
+
+
+@pytest.mark.parametrize("sent,documented,found", STB_FINDS)
+def test_an_api_is_found_as_stabletoolbench_s_server_finds_it(sent, documented, found):
+    from dataclasses import replace
+
+    from stbproxy.sim.mirror_api import stb_finds
+
+    doc = replace(HEALTH, category=sent[0], tool=documented[0], api=documented[1])
+    assert stb_finds(virtual_facts(*sent, {}, doc=doc)) is found
+
+
+def test_calls_of_other_kinds_are_not_judged_by_its_tool_docs():
+    from stbproxy.mcp.tools import tool_doc
+    from stbproxy.models import ApiRef
+    from stbproxy.sim.mirror_api import stb_finds
+
+    mcp = tool_doc("weather-srv", {"name": "id", "inputSchema": {"type": "object"}})
+    request = Request("POST", "http://127.0.0.1/mcp")
+    assert stb_finds(CallFacts(request, mcp, {}, (), ApiRef("weather-srv", "id", "id")))
+    assert stb_finds(CallFacts(request, None, {}, (), ApiRef("weather-srv", "nope", "nope")))
+    assert stb_finds(CallFacts(Request("GET", "https://api.example.test/x"), None, {}, ()))
+
+
+def test_an_api_stabletoolbench_does_not_know_fails_as_there_without_asking():
+    from stbproxy.sim.mirror_api import stb_finds
+
+    assert not stb_finds(virtual_facts("Logistics", "suivi_colis", "health", {}, doc=None))
+    with FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
+        made = run_simulation(server, {"verbose": True}, doc=None)
+        assert server.calls == 0
+    assert not made.ok and served(made) == SERVER_ERROR and made.meta["virtual_status"] == 500
+    assert made.response.header("content-type") == "text/plain; charset=utf-8"
+    with FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
+        asked = run_simulation(server, {"verbose": True}, doc=None, mirrorapi_unknown="prompt")
+        assert server.calls == 1
+    assert asked.ok and served(asked) == (200, {"error": "", "response": "up"})
+
+
+def test_a_model_that_cannot_be_reached_fails_as_stabletoolbench_fails():
+    from tests.fakes.fake_openai import HttpError
+
+    with FakeOpenAI(lambda _request: HttpError(503)) as server:
+        made = run_simulation(server, {"verbose": True})
+        recovering = run_simulation(server, {"verbose": True}, mirrorapi_parse="recover")
+    assert served(made) == SERVER_ERROR and made.meta["cause"].startswith("the LLM backend answered HTTP 503")
+    status, answer = served(recovering)
+    assert status == 200 and answer["error"].startswith("Failed to simulate")
+
+
+def test_serve_with_mirrorapi_answers_as_stabletoolbench_by_default(tmp_path):
+    store = tools_store(tmp_path)
+    root = checkout(tmp_path / "StableToolBench")
+
+    def model(request: dict):
+        if "False" in request["messages"][1]["content"]:
+            return "The API is healthy, I think."
+        return '```json\n{"error": "", "response": "{\\"status\\": \\"up\\"}"}\n```'
+
+    unknown = stb_call("Logistics", "suivi_colis", "no_such_api", {}, TOOLBENCH_KEY)
+    with FakeOpenAI(model) as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-mirror-test"}
+        with ProxyProcess(store, "--simulator", "mirrorapi", "--stb-dir", str(root), env=env) as proxy:
+            assert "simulator mirrorapi simulation-250123-qwen25-mixed" in "".join(proxy.output)
+            fenced, hopeless, failed = stb_client({"SERVICE_URL": f"{proxy.url}/virtual"},
+                                                  [health(True), health(False), unknown])
+            raw = requests.post(f"{proxy.url}/virtual", json=unknown, timeout=30)
+        asked = llm.chat_requests()
+    assert json.loads(fenced["observation"]) == {"error": "", "response": '{\\"status\\": \\"up\\"}"}\n```'}
+    assert json.loads(hopeless["observation"]) == NO_ANSWER and hopeless["source"] == "simulated-error"
+    assert json.loads(failed["observation"]) == {"error": "request invalid, data error. status_code=500",
+                                                 "response": ""}
+    assert (raw.status_code, raw.text) == SERVER_ERROR
+    assert len(asked) == 2  # one attempt each; the unknown API is never asked
+    assert asked[0] == {"messages": [{"role": "system", "content": PLAIN}, {"role": "user", "content": HEALTH_MESSAGE}],
+                        "model": "simulation-250123-qwen25-mixed", "max_tokens": 2048, "seed": 42,
+                        "temperature": 0.1}

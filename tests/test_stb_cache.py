@@ -36,11 +36,14 @@ def read_all(root, **options):
     return entries, summary
 
 
-def test_reader_rekeys_canonically_and_reports_every_problem(tmp_path):
+CANONICAL = keys.KeyRules(stb_keys="canonical")
+
+
+def test_reader_keys_entries_by_their_text_keeps_failures_and_reports_every_problem(tmp_path):
     root = make_cache(tmp_path / "cache", {
         "Data/theclique_for_Data/songkick_concert.json": {
             "{'id_conc': '1', 'page': 2}": {"error": "", "response": "{\"ok\": 1}"},
-            "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "{\"ok\": 1}"},  # same call
+            "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "{\"ok\": 2}"},  # another call to StableToolBench
             "{'id_conc': '3'}": {"error": "", "response": {"already": "json"}},
             "{'id_conc': '4'}": {"error": "Failed to generate fake response", "response": ""},
             "{'id_conc': '5'}": ["not", "an", "object"],
@@ -51,21 +54,60 @@ def test_reader_rekeys_canonically_and_reports_every_problem(tmp_path):
     })
     entries, summary = read_all(root)
     ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
-    assert [e.key for e in entries[:2]] == [keys.api_key(ref, {"id_conc": "1", "page": 2})] * 2
+    assert [e.key for e in entries[:2]] == [keys.exact_api_key(ref, "{'id_conc': '1', 'page': 2}"),
+                                            keys.exact_api_key(ref, "{'page': '2', 'id_conc': '1'}")]
+    assert entries[0].key != entries[1].key
     assert all(e.source is Source.IMPORTED and e.api == ref for e in entries)
     assert entries[0].response.body == b'{"ok": 1}'
     assert json.loads(entries[2].response.body) == {"already": "json"}
-    assert (summary.entries, summary.invalid, summary.unparseable) == (6, 1, 4)
+    failed = entries[3]
+    assert failed.meta["error"] == "Failed to generate fake response" and failed.meta["failure"] == "other"
+    assert (len(entries), summary.entries, summary.failures, summary.skipped, summary.unparseable) == (4, 6, 1, 0, 4)
     reasons = "\n".join(map(str, summary.problems))
     assert "broken.json: not a readable JSON file" in reasons
     assert "a_list.json: expected a JSON object" in reasons
     assert "not an {error, response} object" in reasons and "not a Python dict literal" in reasons
 
 
-def test_include_invalid_keeps_cached_failures(tmp_path):
-    root = make_cache(tmp_path / "cache", {"C/t_for_C/a.json": {"{'x': 1}": {"error": "boom", "response": ""}}})
-    entries, summary = read_all(root, include_invalid=True)
-    assert len(entries) == 1 and entries[0].meta["error"] == "boom" and summary.invalid == 0
+def test_canonical_keys_meet_the_same_call_in_any_order_and_type(tmp_path):
+    root = make_cache(tmp_path / "cache", {"Data/theclique_for_Data/songkick_concert.json": {
+        "{'id_conc': '1', 'page': 2}": {"error": "", "response": "one"},
+        "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "one"}}})
+    entries, _ = read_all(root, rules=CANONICAL)
+    ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
+    assert [e.key for e in entries] == [keys.api_key(ref, {"id_conc": "1", "page": 2})] * 2
+
+
+def test_skip_failures_leaves_cached_failures_out(tmp_path):
+    root = make_cache(tmp_path / "cache", {"C/t_for_C/a.json": {"{'x': 1}": {"error": "boom", "response": ""},
+                                                                 "{'x': 2}": {"error": "", "response": "fine"}}})
+    entries, summary = read_all(root, skip_failures=True)
+    assert [e.response.body for e in entries] == [b"fine"]
+    assert (summary.failures, summary.skipped) == (1, 1)
+
+
+@pytest.mark.parametrize("cached", [
+    {"response": "reversed", "error": ""},  # members in another order
+    {"error": "", "response": "x", "took": 0.5},  # a member more
+    {"error": None, "response": "x"},  # an error that is not text
+    {"response": "no error member"},
+])
+def test_an_answer_that_is_more_than_error_and_response_is_kept_whole(tmp_path, cached):
+    from stbproxy.stb.bodies import WHOLE_ANSWER
+
+    root = make_cache(tmp_path / "cache", {"C/t_for_C/a.json": {"{'x': 1}": cached}})
+    (entry,), _ = read_all(root)
+    assert entry.meta[WHOLE_ANSWER] == cached and list(entry.meta[WHOLE_ANSWER]) == list(cached)
+
+
+def test_a_secret_argument_enters_no_key_and_no_stored_request(tmp_path):
+    root = make_cache(tmp_path / "cache", {"C/t_for_C/a.json": {
+        "{'q': 'x', 'api_key': 'sk-cached-secret-1'}": {"error": "", "response": "one"},
+        "{'q': 'x', 'api_key': 'sk-cached-secret-2'}": {"error": "", "response": "two"}}})
+    entries, _ = read_all(root)
+    ref = ApiRef("C", "t_for_C", "a")
+    assert {e.key for e in entries} == {keys.exact_api_key(ref, f"{{'q': 'x', 'api_key': '{keys.HIDDEN_ARGUMENT}'}}")}
+    assert all(b"sk-cached-secret" not in e.request.body and "sk-cached-secret" not in e.request.url for e in entries)
 
 
 def test_missing_cache_folder_is_named(tmp_path):
@@ -89,30 +131,39 @@ def test_fast_literal_path_agrees_with_literal_eval(args):
     assert parse_args(raw) == ast.literal_eval(raw)
 
 
-def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(tmp_path):
+@pytest.mark.parametrize("stb_keys", ["exact", "canonical"])
+def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(tmp_path, stb_keys):
     """The cache holds the agent's standardized names (is_id, playerid); an HTTP call with
-    the documented ones (id, playerId) and a /virtual call meet the imported entry."""
+    the documented ones (id, playerId) and a /virtual call meet the imported entry: under
+    exact keys when the /virtual call gives the cached text, and the HTTP call's arguments,
+    strings in the doc's order, give it too; under canonical keys in any order and type."""
     from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-    from stbproxy.engine import Engine
+    from stbproxy.engine import Engine, EngineConfig
     from stbproxy.models import Request
     from stbproxy.kinds import http_call
     from stbproxy.stb.virtual_api import VirtualApi, parse
 
+    rules = keys.KeyRules(stb_keys=stb_keys)
     doc = ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET",
                  url="https://loop-ball.p.rapidapi.com/team/{id}",
                  required_parameters=(Param("id"),), optional_parameters=(Param("playerId"),))
     catalog = Catalog([doc])
     root = make_cache(tmp_path / "cache", {"Sports/loop_ball_for_Sports/team_players.json": {
         "{'is_id': '42', 'playerid': 'p7'}": {"error": "", "response": "{\"team\": 42}"}}})
-    (with_catalog,), _ = read_all(root, catalog=catalog)
-    (without_catalog,), _ = read_all(root)
-    over_http = http_call(Request("GET", "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"),
-                          catalog, keys.DEFAULT_RULES)
-    over_virtual = VirtualApi(Engine(None, None), catalog).call_for(parse(json.dumps({
-        "category": "Sports", "tool_name": "loop_ball", "api_name": "team_players",
-        "tool_input": '{"playerid": "p7", "is_id": 42}', "strip": "", "toolbench_key": ""}).encode()))
+    (with_catalog,), _ = read_all(root, catalog=catalog, rules=rules)
+    (without_catalog,), _ = read_all(root, rules=rules)
+    over_http = http_call(Request("GET", "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"), catalog, rules)
+    virtual = VirtualApi(Engine(None, None, EngineConfig(rules=rules)), catalog)
+
+    def over_virtual(tool_input: str) -> str:
+        return virtual.call_for(parse(json.dumps({
+            "category": "Sports", "tool_name": "loop_ball", "api_name": "team_players",
+            "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode())).key
+
     # keys agree whether or not the catalog was there at import
-    assert with_catalog.key == without_catalog.key == over_http.key == over_virtual.key
+    assert with_catalog.key == without_catalog.key == over_http.key == over_virtual('{"is_id": "42", "playerid": "p7"}')
+    other_order_and_type = over_virtual('{"playerid": "p7", "is_id": 42}')
+    assert (other_order_and_type == with_catalog.key) is (stb_keys == "canonical")
     # the request kept with the entry is the real call, under the documented names
     assert with_catalog.request.url == "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"
 
@@ -152,8 +203,9 @@ def real_api_cache(root, stb_data, apis: int = 30):
 
 
 @pytest.mark.parametrize("with_catalog", [False, True])
-@pytest.mark.parametrize("include_invalid", [False, True])
-def test_encoded_records_are_the_bytes_of_the_entries_exchanges(tmp_path, stb_data, with_catalog, include_invalid):
+@pytest.mark.parametrize("skip_failures", [False, True])
+@pytest.mark.parametrize("rules", [keys.DEFAULT_RULES, CANONICAL], ids=["exact", "canonical"])
+def test_encoded_records_are_the_bytes_of_the_entries_exchanges(tmp_path, stb_data, with_catalog, skip_failures, rules):
     root = real_api_cache(tmp_path / "cache", stb_data)
     catalog = None
     if with_catalog:
@@ -164,13 +216,14 @@ def test_encoded_records_are_the_bytes_of_the_entries_exchanges(tmp_path, stb_da
     for path in cache_files(root):
         summary = ImportSummary()
         expected = [(e.key, encode_exchange(e)) for e in read_cache_file(
-            path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25, summary=summary)]
-        encoded = encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=1700000000.25)
+            path, root, catalog=catalog, rules=rules, skip_failures=skip_failures, now=1700000000.25, summary=summary)]
+        encoded = encode_file(path, root, catalog=catalog, rules=rules, skip_failures=skip_failures,
+                              now=1700000000.25)
         assert encoded.records == expected
-        assert (encoded.entries, encoded.invalid, encoded.unparseable, encoded.problems) == (
-            summary.entries, summary.invalid, summary.unparseable, summary.problems)
+        assert (encoded.entries, encoded.failures, encoded.skipped, encoded.unparseable, encoded.problems) == (
+            summary.entries, summary.failures, summary.skipped, summary.unparseable, summary.problems)
         total += len(expected)
-    assert total == 30 * 12 if include_invalid else 30 * 6 <= total < 30 * 12  # failures left out
+    assert 30 * 6 <= total < 30 * 12 if skip_failures else total == 30 * 12  # failures left out only if asked
 
 
 def api_of_path(path):
@@ -187,9 +240,10 @@ def test_encoded_records_agree_for_any_arguments_and_answers(tmp_path_factory, e
     root = make_cache(tmp_path_factory.mktemp("cache"), {"C/t_for_C/a.json": {
         str(args): {"error": error, "response": answer} for args, answer, error in entries}})
     (path,) = cache_files(root)
-    expected = [(e.key, encode_exchange(e)) for e in read_cache_file(
-        path, root, include_invalid=True, now=5.0, summary=ImportSummary())]
-    assert encode_file(path, root, catalog=None, include_invalid=True, now=5.0).records == expected
+    for rules in (keys.DEFAULT_RULES, CANONICAL):
+        expected = [(e.key, encode_exchange(e)) for e in read_cache_file(
+            path, root, rules=rules, now=5.0, summary=ImportSummary())]
+        assert encode_file(path, root, catalog=None, rules=rules, now=5.0).records == expected
 
 
 def test_files_encoded_by_worker_processes_come_in_order_and_agree(tmp_path, stb_data):
@@ -197,7 +251,8 @@ def test_files_encoded_by_worker_processes_come_in_order_and_agree(tmp_path, stb
     (root / "C" / "t_for_C").mkdir(parents=True)
     (root / "C" / "t_for_C" / "broken.json").write_text("{not json")
     files = cache_files(root)
-    one = list(encoded_files(files, root, catalog_file=None, include_invalid=False, now=2.0, jobs=1))
-    two = list(encoded_files(files, root, catalog_file=None, include_invalid=False, now=2.0, jobs=2))
+    one = list(encoded_files(files, root, catalog_file=None, rules=CANONICAL, now=2.0, jobs=1))
+    two = list(encoded_files(files, root, catalog_file=None, rules=CANONICAL, now=2.0, jobs=2))
     assert len(two) == len(files) and two == one
-    assert any(e.problems for e in two) and sum(len(e.records) for e in two) >= 30 * 6
+    assert any(e.problems for e in two) and sum(len(e.records) for e in two) == 30 * 12
+    assert all(keys.stb_keys_of(key) == "canonical" for e in two for key, _ in e.records)

@@ -76,6 +76,20 @@ def test_check_result(obj, valid):
     assert check_result(obj) is valid
 
 
+@pytest.mark.parametrize("response, valid", [
+    # StableToolBench looks for "API doesn't exists" in the lower-cased text, where it can
+    # never be: a text saying so is an answer there ...
+    ("API doesn't exists", True),
+    ("this API doesn't exists, they say", True),
+    # ... and only RapidAPI's own answer, as str() writes it, is a failure
+    ({"message": "API doesn't exists"}, False),
+    ("{'message': \"API doesn't exists\"}", False),
+    ({"message": "API doesn't exists", "more": 1}, True),
+])
+def test_api_doesnt_exists_as_stabletoolbench_reads_it(response, valid):
+    assert check_result(ok(response)) is valid
+
+
 @pytest.mark.parametrize(
     "obj, rule",
     [

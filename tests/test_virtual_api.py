@@ -14,7 +14,7 @@ from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.models import Mode, Request
 from stbproxy.kinds import http_call, kinds_for
-from stbproxy.keys import DEFAULT_RULES
+from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
 from stbproxy.sessions import safe_session_name
@@ -39,7 +39,7 @@ def body(**fields) -> bytes:
     (body(api_name=...), 422, "'api_name' is missing"),
     (body(tool_name=7), 422, "'tool_name' must be a string"),
     (body(tool_input=[1]), 422, "'tool_input' must be a JSON string or object"),
-    (body(tool_input="{oops"), 200, "tool_input is not valid JSON"),
+    (body(tool_input="{oops"), 200, "Tool input parse error...\n"),  # StableToolBench's words
     (body(tool_input="[1, 2]"), 200, "JSON object of arguments"),
 ])
 def test_bad_bodies_get_a_clear_error_naming_the_problem(raw, status, message):
@@ -50,11 +50,18 @@ def test_bad_bodies_get_a_clear_error_naming_the_problem(raw, status, message):
 
 
 @pytest.mark.parametrize("tool_input,args", [
-    ('{"a": 1, "b": "x"}', {"a": 1, "b": "x"}), ("", {}), ("  ", {}), ({"a": 2}, {"a": 2}), (None, {}),
+    ('{"a": 1, "b": "x"}', {"a": 1, "b": "x"}), ("", {}), ({"a": 2}, {"a": 2}), (None, {}),
 ])
 def test_tool_input_forms(tool_input, args):
     parsed = parse(body(tool_input=tool_input))
     assert parsed.args == args and parsed.api_name == "Songkick concert"
+
+
+def test_only_an_empty_tool_input_means_no_arguments():
+    """StableToolBench's server takes "" for {} and answers blanks as any other text that is not JSON."""
+    reply = parse(body(tool_input="  "))
+    assert isinstance(reply, VirtualReply) and reply.document == {"error": "Tool input parse error...\n",
+                                                                 "response": ""}
 
 
 # -- the calling rules behind /virtual ---------------------------------------------------------
@@ -68,10 +75,10 @@ def weather_catalog(base_url: str | None) -> Catalog:
 
 
 def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None, timeout=5.0, rapidapi_key=None,
-                upstream_proxy=None):
+                upstream_proxy=None, rules=DEFAULT_RULES):
     async def main():
         upstream = Upstream(UpstreamConfig(timeout=timeout, proxy=upstream_proxy))
-        engine = Engine(store, upstream, EngineConfig(mode=mode), kinds=kinds_for(catalog))
+        engine = Engine(store, upstream, EngineConfig(mode=mode, rules=rules), kinds=kinds_for(catalog))
         api = VirtualApi(engine, catalog, toolbench_url=toolbench_url, rapidapi_key=rapidapi_key)
         try:
             return [await api.handle(call) for call in calls]
@@ -86,29 +93,41 @@ def weather_call(tool_input: str, **fields) -> bytes:
                    "tool_input": tool_input, **fields})
 
 
-def test_virtual_miss_calls_the_catalog_url_then_hits_with_args_in_another_order(tmp_path, upstream):
+@pytest.mark.parametrize("stb_keys", ["exact", "canonical"])
+def test_virtual_miss_calls_the_catalog_url_and_arguments_in_another_order_hit_only_canonically(
+        tmp_path, upstream, stb_keys):
+    """StableToolBench's server looks a call up by its arguments' text: another order, or a
+    string for the number, is another call (exact keys); canonical keys take it for the same."""
+    canonical = stb_keys == "canonical"
     with Store(tmp_path / "s") as store:
-        first, second = run_virtual(store, weather_catalog(upstream.base), [
+        first, second, third = run_virtual(store, weather_catalog(upstream.base), [
             weather_call('{"city": "Paris", "days": 3}'),
             weather_call('{"days": "3", "city": "Paris"}'),  # other order, a string for the number
-        ])
-        assert (first.source, second.source) == ("upstream", "cache")
-        assert first.document == second.document
+            weather_call('{"city": "Paris", "days": 3}'),
+        ], rules=KeyRules(stb_keys=stb_keys))
+        assert (first.source, second.source, third.source) == (
+            ("upstream", "cache", "cache") if canonical else ("upstream", "upstream", "cache"))
+        assert first.document == third.document and second.document["response"]["calls"] == (1 if canonical else 2)
         assert first.document["error"] == "" and first.document["response"]["path"] == "/echo/Paris"
         assert first.document["response"]["query"] == {"days": "3"}
         stored = list(store.scan("api/Weather/open_weather_for_Weather/forecast_by_city/"))
-        assert len(stored) == 1 and stored[0].request.url.endswith("/echo/Paris?days=3")
-    assert upstream.hits["/echo/Paris"] == 1
+        assert len(stored) == (1 if canonical else 2) and stored[0].request.url.endswith("/echo/Paris?days=3")
+    assert upstream.hits["/echo/Paris"] == (1 if canonical else 2)
 
 
-def test_same_call_over_http_proxy_and_virtual_meets_one_entry(tmp_path, upstream):
+@pytest.mark.parametrize("stb_keys,tool_input", [
+    ("exact", '{"city": "Paris", "days": "3"}'),  # the text an HTTP call's arguments make, in the doc's order
+    ("canonical", '{"days": 3, "city": "Paris"}'),  # any order, any type
+])
+def test_same_call_over_http_proxy_and_virtual_meets_one_entry(tmp_path, upstream, stb_keys, tool_input):
     catalog = weather_catalog(upstream.base)
+    rules = KeyRules(stb_keys=stb_keys)
     with Store(tmp_path / "s") as store:
-        (over_virtual,) = run_virtual(store, catalog, [weather_call('{"city": "Paris", "days": 3}')])
+        (over_virtual,) = run_virtual(store, catalog, [weather_call(tool_input)], rules=rules)
 
         async def over_proxy():
             upstream_client = Upstream(UpstreamConfig(timeout=5))
-            engine = Engine(store, upstream_client, EngineConfig(), kinds=kinds_for(catalog))
+            engine = Engine(store, upstream_client, EngineConfig(rules=rules), kinds=kinds_for(catalog))
             try:
                 return await engine.handle(Request("GET", upstream.url("/echo/Paris?days=3")))
             finally:
@@ -118,7 +137,7 @@ def test_same_call_over_http_proxy_and_virtual_meets_one_entry(tmp_path, upstrea
     assert over_virtual.source == "upstream" and answer.source.value == "cache"
     assert json.loads(answer.response.body) == over_virtual.document["response"]
     assert upstream.hits["/echo/Paris"] == 1
-    assert http_call(Request("GET", upstream.url("/echo/Paris?days=3")), catalog, DEFAULT_RULES).key == answer.key
+    assert http_call(Request("GET", upstream.url("/echo/Paris?days=3")), catalog, rules).key == answer.key
 
 
 def test_generic_host_routes_by_x_rapidapi_host():
@@ -142,10 +161,10 @@ def test_toolbench_upstream_gets_the_call_and_failures_go_to_the_simulator(tmp_p
         assert failed.source == "unavailable" and failed.document["response"] == ""
         assert upstream.toolbench_keys == [TOOLBENCH_KEY, TOOLBENCH_KEY]  # forwarded, not stored
         assert list(store.keys("log/invalid/"))
-    # re-packed as StableToolBench's server sends it on: standardized names, the arguments as
-    # an object, the key in the body and as a header
+    # re-packed as StableToolBench's server sends it on: the category and API keys, the tool
+    # name as the client gave it, the arguments as an object, the key in the body and as a header
     headers, sent = upstream.virtual_calls[0]
-    assert sent == {"category": "Data", "tool_name": "theclique", "api_name": "songkick_concert",
+    assert sent == {"category": "Data", "tool_name": "TheClique", "api_name": "songkick_concert",
                     "tool_input": {"id_conc": "1"}, "strip": "", "toolbench_key": TOOLBENCH_KEY}
     assert headers["toolbench_key"] == TOOLBENCH_KEY and headers["content-type"] == "application/json"
     assert headers["accept"] == "application/json"
@@ -238,16 +257,14 @@ def test_proxied_request_is_a_virtual_call_only_with_a_virtual_body(tmp_path):
                 await api.handle_proxied(Request("POST", to, (), body(tool_name=7))),
                 await api.handle_proxied(Request("POST", to, (), body(tool_input="{oops"))),
                 await api.handle_proxied(Request("POST", "http://stb.passthrough/virtual", (), body())),
-                await api.handle_proxied(Request("POST", to, (), body(api_name="chat_with_user"))),
             ]
         finally:
             await upstream.aclose()
 
     with Store(tmp_path / "s") as store:
-        not_json, wrong_field, bad_input, passthrough, chat = asyncio.run(main(store))
+        not_json, wrong_field, bad_input, passthrough = asyncio.run(main(store))
     assert (not_json, wrong_field, passthrough) == (None, None, None)  # plain HTTP
-    assert bad_input.status == 200 and "not valid JSON" in bad_input.document["error"]
-    assert chat.document == {"error": "", "response": "Chat with user."}
+    assert bad_input.status == 200 and bad_input.document == {"error": "Tool input parse error...\n", "response": ""}
 
 
 # -- end to end: ToolBench's own client against `stbproxy serve` ---------------------------------
@@ -261,7 +278,8 @@ for call in calls:
     payload = {"category": call["category"], "tool_name": call["tool_name"], "api_name": call["api_name"],
                "tool_input": call["tool_input"], "strip": "truncate", "toolbench_key": call["key"]}
     r = requests.post(url, json=payload, headers={"toolbench_key": call["key"]}, timeout=15)
-    out.append({"status": r.status_code, "source": r.headers.get("X-Stb-Source"), "json": r.json()})
+    out.append({"status": r.status_code, "source": r.headers.get("X-Stb-Source"),
+                "failure": r.headers.get("X-Stb-Failure"), "json": r.json()})
 print(json.dumps(out))
 """
 
@@ -295,14 +313,15 @@ def test_toolbench_client_against_serve_after_import(tmp_path, stb_data):
     imported = subprocess.run([*cli, "import", "stb-cache", str(cache), "--store", str(store)],
                               capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
-    assert "imported: 1, duplicates: 0, invalid (left out): 1, unparseable: 1" in imported.stdout
+    assert ("imported: 2, duplicates: 0, failed answers kept (served as StableToolBench serves them): 1, "
+            "unparseable: 1") in imported.stdout
     assert "not a literal" in imported.stderr
     tools = subprocess.run([*cli, "import", "tools", str(stb_data / "solvable_queries/test_instruction/G1_instruction.json"),
                             "--store", str(store)], capture_output=True, text=True, timeout=120)
     assert tools.returncode == 0, tools.stderr
     again = subprocess.run([*cli, "import", "stb-cache", str(cache), "--store", str(store)],
                            capture_output=True, text=True, timeout=120)
-    assert "imported: 0, duplicates: 1" in again.stdout
+    assert "imported: 0, duplicates: 2" in again.stdout
 
     with ProxyProcess(store, "--simulator", "off") as proxy:
         service = f"{proxy.url}/virtual"
@@ -313,14 +332,19 @@ def test_toolbench_client_against_serve_after_import(tmp_path, stb_data):
              "key": TOOLBENCH_KEY},
             {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert", "tool_input": "{broken",
              "key": TOOLBENCH_KEY},
+            {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert",
+             "tool_input": json.dumps({"id_conc": "bad"}), "key": TOOLBENCH_KEY},
         ])
         bad = subprocess.run([sys.executable, "-c", "import requests,sys; r=requests.post(sys.argv[1], json={'tool_name': 1});"
                               "print(r.status_code, r.text)", service], capture_output=True, text=True, timeout=60)
-    assert [s["status"] for s in seen] == [200, 200, 200]
+    assert [s["status"] for s in seen] == [200, 200, 200, 200]
     assert seen[0]["source"] == "cache"
     assert seen[0]["json"] == {"error": "", "response": "{\"name\": \"The Lumineers\", \"venue_name\": \"Aware Super Theatre\"}"}
     assert seen[1]["json"] == {"error": "", "response": "Chat with user."}
-    assert "not valid JSON" in seen[2]["json"]["error"]
+    assert seen[2]["json"] == {"error": "Tool input parse error...\n", "response": ""}
+    # a cached failure is served as StableToolBench's server serves it, and says where it came from
+    assert seen[3]["json"] == {"error": "", "response": "API rate limit exceeded"} and seen[3]["source"] == "cache"
+    assert (seen[0]["failure"], seen[3]["failure"]) == (None, "not_connected")  # the failure kind, shown
     assert bad.stdout.startswith("422") and "category" in bad.stdout
     raw = b"".join(open(os.path.join(r, f), "rb").read() for r, _, fs in os.walk(store) for f in fs)
     assert TOOLBENCH_KEY.encode() not in raw

@@ -76,31 +76,39 @@ def test_transparent_and_drop_in_virtual_calls_meet_one_entry(tmp_path, stb_data
     # their server answered the first call; the same call on the proxy's port is a hit, and
     # a call first made there (no URL, no key: simulated) is a hit when made transparently
     assert [r["source"] for r in first + own + again + dead] == \
-        ["upstream", "cache", "simulated", "cache", "cache", "simulated", "simulated"]
+        ["upstream", "cache", "simulated", "cache", "cache", "upstream", "error"]
     assert json.loads(first[0]["observation"]) == \
         {"error": "", "response": {"api": "get_a_specific_team", "args": {"is_id": "5"}, "from": "toolbench"}}
     assert own[0]["observation"] == again[1]["observation"] == first[0]["observation"]
     assert own[1]["observation"] == again[0]["observation"]
-    for seen in first + own + again + dead:  # every answer is an object ToolBench's client reads
+    # what their server answers is the benchmark's answer, a failure too: kept, never simulated over
+    assert json.loads(again[2]["observation"]) == {"error": "", "response": "API rate limit exceeded"}
+    for seen in first + own + again:  # every answer is an object ToolBench's client reads
         assert seen["status"] == 200 and set(json.loads(seen["observation"])) == {"error", "response"}
-        assert json.loads(seen["observation"])["error"] == ""
-    # one real call for team 5 (and one for the call their server failed), re-packed as
-    # StableToolBench's server sends it on
-    assert [call["tool_input"] for _headers, call in upstream.virtual_calls] == [{"is_id": "5"}, {"is_id": "8", "fail": True}]
+    # a server that cannot be reached gave no answer: the client is told, nothing is made up
+    assert dead[0]["status"] == 502
+    # one real call for team 5 and one for team 8, sent on as the client sent them
+    assert [json.loads(call["tool_input"]) for _headers, call in upstream.virtual_calls] == \
+        [{"is_id": "5"}, {"is_id": "8", "fail": True}]
     headers, sent = upstream.virtual_calls[0]
     assert sent == {"category": "Sports", "tool_name": "free_nba", "api_name": "get_a_specific_team",
-                    "tool_input": {"is_id": "5"}, "strip": "", "toolbench_key": TOOLBENCH_KEY}
+                    "tool_input": '{"is_id": "5"}', "strip": "truncate", "toolbench_key": TOOLBENCH_KEY}
     assert headers["toolbench_key"] == TOOLBENCH_KEY
     assert plain["source"] == "upstream" and json.loads(plain["body"])["body"] == '{"hello": "world"}'
     assert named["stb-run"]["calls"] == 2
     raw = stored_bytes(store)
     assert TOOLBENCH_KEY.encode() not in raw
-    with Store(store) as opened:  # one entry per call, whichever way it came
+    with Store(store) as opened:  # one entry per call, whichever way it came; none for the server that was gone
         entries = list(opened.scan("api/Sports/free_nba_for_Sports/get_a_specific_team/"))
-    assert sorted(e.source.value for e in entries) == ["simulated", "simulated", "simulated", "upstream"]
+    assert sorted(e.source.value for e in entries) == ["simulated", "upstream", "upstream"]
 
 
-def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upstream):
+@pytest.mark.parametrize("stb_keys", ["exact", "canonical"])
+def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upstream, stb_keys):
+    """An HTTP call meets a /virtual call of the same API: under exact keys when the agent's
+    arguments are the strings a query carries, in the order the doc lists them (its function
+    schema's order); under canonical keys in any order and type."""
+    exact = stb_keys == "exact"
     store = tmp_path / "stb" / "store"
     store.mkdir(parents=True)
     Catalog([
@@ -111,11 +119,12 @@ def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upst
                optional_parameters=(Param("from"),)),
     ]).save(catalog_path_for(store))
     team_players = lambda **args: stb_call("Sports", "loop_ball", "team_players", args, TOOLBENCH_KEY)  # noqa: E731
-    with ProxyProcess(store, "--simulator", "off", env={"STBPROXY_RAPIDAPI_KEY": RAPIDAPI_KEY}) as proxy:
+    with ProxyProcess(store, "--simulator", "off", "--stb-keys", stb_keys,
+                      env={"STBPROXY_RAPIDAPI_KEY": RAPIDAPI_KEY}) as proxy:
         ready = "".join(proxy.output)
         drop_in = {"SERVICE_URL": f"{proxy.url}/virtual"}
         over_virtual = stb_client(drop_in, [
-            team_players(is_id=42, is_from="2020-01-01", playerid="p7", Extra_Arg="x"),
+            team_players(is_id="42" if exact else 42, is_from="2020-01-01", playerid="p7", Extra_Arg="x"),
             stb_call("Sports", "loop_ball", "player_for_loop_ball", {"playerid": "p9", "is_from": "2021"}, TOOLBENCH_KEY),
         ])
         over_http = agent(proxy.client_env(), [
@@ -123,7 +132,8 @@ def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upst
             {"method": "GET", "url": upstream.url("/api/player/p9?from=2021")},
             {"method": "GET", "url": upstream.url("/api/team?id=43&from=2019&playerId=p8")},
         ])
-        later = stb_client(drop_in, [team_players(playerid="p8", is_id="43", is_from="2019")])
+        later = stb_client(drop_in, [team_players(is_id="43", is_from="2019", playerid="p8") if exact
+                                     else team_players(playerid="p8", is_id=43, is_from="2019")])
 
     assert "real /virtual calls: to the catalog's URLs (2 APIs on 1 host)" in ready
     assert [r["source"] for r in over_virtual + over_http + later] == \

@@ -7,8 +7,10 @@ In one run, in a temporary folder that is removed afterwards:
    <api>.json``, each file one JSON object mapping ``str(args_dict)`` (a Python literal)
    to ``{"error": "", "response": "..."}``; a small share of entries is deliberately
    bad (keys that are not dict literals, values that are not answer objects, two files
-   that are not JSON), some are failures that check_result rejects, and some repeat an
-   earlier call with its arguments in another order and another type;
+   that are not JSON), some are failures that check_result rejects (imported and kept,
+   as StableToolBench's server serves them), and some repeat an earlier call with its
+   arguments in another order and another type (another call to that server, so another
+   entry under the default exact keys);
 2. time merely reading and json-parsing every file (the baseline);
 3. run `stbproxy import stb-cache CACHE --store STORE` as a real process, 3 times on
    fresh stores (the median counts), and once more into the last store, which must
@@ -107,8 +109,8 @@ class Expected:
     files: int = 0
     entries: int = 0  # entries in readable files (what the import counts as read)
     good: int = 0
-    duplicates: int = 0
-    invalid: int = 0
+    repeats: int = 0  # an earlier call in another spelling: its own entry under exact keys
+    failures: int = 0
     unparseable: int = 0  # bad keys, bad values and unreadable files
     bytes: int = 0
     tools: set = field(default_factory=set)
@@ -212,7 +214,7 @@ def generate(root: Path, entries: int, seed: int = 7) -> Expected:
             roll -= SHARE_BAD_VALUE
             if roll < SHARE_FAILURE:
                 document[str(args)] = rng.choice(FAILURES)
-                expected.invalid += 1
+                expected.failures += 1
                 continue
             roll -= SHARE_FAILURE
             if roll < SHARE_DUPLICATE and good_args:
@@ -221,7 +223,7 @@ def generate(root: Path, entries: int, seed: int = 7) -> Expected:
                 again = {k: (str(v) if type(v) is int else v) for k, v in reversed(earlier.items())}
                 if str(again) not in document:  # one repeat per call: a JSON object has unique keys
                     document[str(again)] = {"error": "", "response": rng.choice(pool)}
-                    expected.duplicates += 1
+                    expected.repeats += 1
                     continue
             document[str(args)] = {"error": "", "response": rng.choice(pool)}
             good_args.append(args)
@@ -264,7 +266,8 @@ class ImportRun:
     counts: dict[str, int]
 
 
-SUMMARY_RE = re.compile(r"(files|entries read|imported|duplicates|invalid \(left out\)|unparseable): (\d+)")
+SUMMARY_RE = re.compile(r"(files|entries read|imported|duplicates|failed answers kept|unparseable)"
+                        r"(?: \([^)]*\))?: (\d+)")
 
 
 def run_import(cache: Path, store: Path, *, exit_status: int = 0) -> ImportRun:
@@ -285,10 +288,10 @@ def check(run: ImportRun, expected: Expected, *, again: bool) -> list[str]:
     want = {
         "files": expected.files,
         "entries read": expected.entries,
-        "imported": 0 if again else expected.good,
-        # A second import finds every good call (and every repeat of one) already stored.
-        "duplicates": expected.good + expected.duplicates if again else expected.duplicates,
-        "invalid (left out)": expected.invalid,
+        "imported": 0 if again else expected.good + expected.repeats + expected.failures,
+        # A second import finds every entry already stored.
+        "duplicates": expected.good + expected.repeats + expected.failures if again else 0,
+        "failed answers kept": expected.failures,
         "unparseable": expected.unparseable,
     }
     return [f"{name}: got {run.counts.get(name)}, expected {value}"
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = generate(cache, entries)
         print(f"generated {expected.entries} entries in {expected.files} files of {len(expected.tools)} tools "
               f"({expected.bytes / 1024**2:.1f} MiB) in {time.perf_counter() - started:.1f}s: "
-              f"{expected.good} good, {expected.duplicates} repeated calls, {expected.invalid} failures, "
+              f"{expected.good} good, {expected.repeats} repeated calls, {expected.failures} failures, "
               f"{expected.unparseable} unparseable")
 
         parse_all(cache)  # warm the page cache, so the baseline and the imports read alike

@@ -16,7 +16,7 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
 3. from the load generator (scripts/bench/hitload.py, its own process, an epoll loop, raw
    HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's
    client sends (category, tool_name, api_name, tool_input, strip, toolbench_key;
-   tool_input's keys in another order than the cache's literal) at concurrency 1, 16 and
+   tool_input the arguments of the cache's literal, in its order: a rerun's call) at concurrency 1, 16 and
    32, subjects interleaved, repeated;
 4. check every answer (HTTP 200, X-Stb-Source: cache, {"error": "", "response": the cached
    text}) and print medians: req/s, p50/p99, the server's CPU per hit from its process

@@ -149,9 +149,10 @@ def import_cache(cache: Path, store: Path) -> str:
 
 def virtual_plan(made: dict, count: int, seed: int, expect: str = HIT, distinct: int | None = None) -> dict:
     """``count`` calls, in random order, as ToolBench's client posts them (requests' json=, its
-    headers), tool_input in another key order than the cache's literal: picked among every
-    stored call, or among ``distinct`` of them chosen at random (so that stores of different
-    sizes can be asked the same number of different calls)."""
+    headers), tool_input the JSON of the arguments the cache's literal holds, in its order (a
+    rerun's call, which StableToolBench's server and the proxy's exact keys both hit):
+    picked among every stored call, or among ``distinct`` of them chosen at random (so that
+    stores of different sizes can be asked the same number of different calls)."""
     rng = random.Random(seed)
     everything = [(api, args, text) for api, entries in made.items() for args, text in entries]
     if distinct is not None and distinct < len(everything):
@@ -159,9 +160,8 @@ def virtual_plan(made: dict, count: int, seed: int, expect: str = HIT, distinct:
     items = []
     for api, args, text in (rng.choice(everything) for _ in range(count)):
         category, tool, name, _ = api
-        reordered = dict(reversed(list(args.items())))
         body = json.dumps({"category": category, "tool_name": tool, "api_name": name,
-                           "tool_input": json.dumps(reordered), "strip": "truncate",
+                           "tool_input": json.dumps(args), "strip": "truncate",
                            "toolbench_key": TOOLBENCH_KEY}).encode()
         head = ("POST /virtual HTTP/1.1\r\nHost: @HOSTPORT@\r\nUser-Agent: python-requests/2.31.0\r\n"
                 "Accept-Encoding: gzip, deflate\r\nAccept: */*\r\nConnection: keep-alive\r\n"

@@ -25,11 +25,12 @@ from vcr.serializers import jsonserializer, yamlserializer
 from stbproxy import yaml_text
 from stbproxy.cassettes.vcr_format import Interaction, Problem, one_line
 from stbproxy.errors import InputError
-from stbproxy.keys import KeyRules, api_key
+from stbproxy.keys import KeyRules, stb_api_key
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.provenance import SOURCE_HEADER
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.stb.api_requests import VIRTUAL_HOST
+from stbproxy.stb.bodies import answer_facts
 from stbproxy.kinds import http_call
 
 # Framing that belongs to one transfer, not to the answer: the store keeps none of it.
@@ -169,14 +170,16 @@ def imported_exchange(request: Request, response: Response, *, catalog, rules: K
     call = http_call(request, catalog, rules, openapi)
     stand_in = _stand_in_api(request)
     if stand_in is not None and call.api is None:
-        call = replace(call, key=api_key(stand_in[0], stand_in[1], rules), api=stand_in[0])
+        call = replace(call, key=stb_api_key(stand_in[0], stand_in[1], rules), api=stand_in[0])
     secrets = secret_values(request, rules)
+    headers, facts = answer_facts(response.headers)
     response = Response(response.status,
-                        tuple((k, v) for k, v in response.headers
+                        tuple((k, v) for k, v in headers
                               if k.lower() not in _FRAMING_HEADERS and k.lower() != SOURCE_HEADER.lower()),
                         response.body, response.reason)
+    meta = {**facts, **(meta or {})}
     return Exchange(key=call.key, request=redact_request(request, rules), response=redact_response(response, secrets),
-                    source=imported_origin(recorded_source), stored_at=now, api=call.api, meta=meta or {})
+                    source=imported_origin(recorded_source), stored_at=now, api=call.api, meta=meta)
 
 
 def imported_origin(recorded_source: str | None) -> Source:

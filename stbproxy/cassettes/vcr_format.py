@@ -25,6 +25,7 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import Exchange, Headers, Request, Response
 from stbproxy.provenance import SOURCE_HEADER  # in a cassette: the origin of each recorded answer
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, secret_values
+from stbproxy.stb.bodies import answer_headers
 
 Format = Literal["yaml", "json"]
 FORMATS: tuple[str, ...] = ("yaml", "json")
@@ -138,6 +139,8 @@ def _interaction(ex: Exchange, rules: KeyRules) -> dict:
     request = redact_request(ex.request, rules)
     response = redact_response(ex.response, secrets | secret_values(request, rules))
     response = response.with_header(SOURCE_HEADER, ex.source.value)
+    for name, value in answer_headers(ex.meta):  # a StableToolBench answer's error text, or the whole object
+        response = response.with_header(name, value)
     return {
         # compat.convert_to_unicode: what vcr.serialize.serialize does to each side,
         # so a body that is UTF-8 becomes readable text and anything else stays bytes.

@@ -106,6 +106,13 @@ from stbproxy.models import Mode
                    "rule for any other HTTP; stb or strict: that policy for all traffic; schema: auto, and "
                    "a real answer to an OpenAPI operation that breaks its documented schema is invalid too "
                    "(by default it is kept and reported as drift by 'stbproxy check').")
+@click.option("--stb-keys", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True,
+              help="How StableToolBench calls (/virtual, and calls the catalog routes) are keyed. exact: as "
+                   "StableToolBench's server looks them up, by the arguments' text, so {\"id\": 294} misses an "
+                   "entry cached under {'id': '294'} and arguments in another order miss too; canonical: "
+                   "arguments compared as text in any order, so both hit (more hits, other observations than "
+                   "StableToolBench's; docs/stabletoolbench.md). A store is made under one of them: "
+                   "'import stb-cache' takes the same option.")
 @click.option("--refresh-simulated", is_flag=True,
               help="Virtual mode: when a stored answer was simulated (the API was down or invalid), ask the "
                    "real API again (at most once a minute per answer); a valid real answer replaces the "
@@ -130,11 +137,13 @@ from stbproxy.models import Mode
                    "endpoint (with --stb-dir or --sim-system-prompt), the offline schema simulator, or nobody "
                    "(a clear error). auto: llm when an LLM is configured, else schema.")
 @click.option("--sim-model", default=None, help="The simulator's model.")
-@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=0.0, show_default=True,
+@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=None,
               help="The simulator LLM's sampling temperature (0: the same call gets the same answer, "
-                   "as far as the backend allows).")
+                   "as far as the backend allows) [default: 0; 0.1 with mirrorapi, as StableToolBench's "
+                   "MirrorAPI configuration].")
 @click.option("--sim-max-tokens", type=click.IntRange(1), default=None,
-              help="Most tokens the simulator LLM may write per answer [default: the backend's limit].")
+              help="Most tokens the simulator LLM may write per answer [default: 1024 with llm, as "
+                   "StableToolBench's server asks; mirrorapi always asks 2048, as its MirrorAPI server does].")
 @click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
 @click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
               help="Most LLM calls in flight at once.")
@@ -150,6 +159,15 @@ from stbproxy.models import Mode
               help="A prompt template for the simulator model (llm or mirrorapi): [system] and [user] sections, "
                    "placeholders {api_doc}, {api_doc_json}, {documentation}, {request}, {request_json}, "
                    "{examples} (docs/simulators.md).")
+@click.option("--mirrorapi-parse", type=click.Choice(["stb", "recover"]), default="stb", show_default=True,
+              help="How the mirrorapi simulator reads its model's replies. stb: as StableToolBench's MirrorAPI "
+                   "server does, once (JSON, else its patterns; a reply without an answer is answered 'Failed to "
+                   "generate fake response'); recover: malformed replies read further, up to 3 attempts "
+                   "(docs/simulators.md).")
+@click.option("--mirrorapi-unknown", type=click.Choice(["fail", "prompt"]), default="fail", show_default=True,
+              help="The mirrorapi simulator for an API the catalog does not hold. fail: HTTP 500 without asking "
+                   "the model, as StableToolBench's MirrorAPI server; prompt: the model is asked, the API described "
+                   "by its request.")
 @click.option("--workers", default="1", show_default=True, metavar="N|auto",
               help="Processes answering on the port (auto: one per CPU core). One of them owns the store's "
                    "writes and every miss; the others answer hits from the store and hand it the rest.")
@@ -164,9 +182,11 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, max_request_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
-          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, refresh_simulated,
+          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, stb_keys,
+          refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, workers, fast_lane,
+          sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, mirrorapi_parse,
+          mirrorapi_unknown, workers, fast_lane,
           verbose, shared):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
@@ -223,6 +243,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_report": str(report) if report else None,
         "stb_allow_empty": allow_empty,
         "stb_validity": validity,
+        "stb_keys": stb_keys,
         "stb_refresh_simulated": refresh_simulated,
         "stb_faults": list(faults),
         "stb_fault_seed": fault_seed,
@@ -231,7 +252,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_mcp": list(mcp),
         "stb_simulator": simulator,
         "stb_sim_model": sim_model,
-        "stb_sim_temperature": str(sim_temperature),
+        "stb_sim_temperature": "" if sim_temperature is None else str(sim_temperature),
         "stb_sim_max_tokens": sim_max_tokens,
         "stb_sim_seed": sim_seed,
         "stb_sim_concurrency": sim_concurrency,
@@ -239,6 +260,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_prompt": stb_prompt or "plain",
         "stb_sim_system_prompt": str(sim_system_prompt) if sim_system_prompt else None,
         "stb_sim_prompt": str(sim_prompt) if sim_prompt else None,
+        "stb_mirrorapi_parse": mirrorapi_parse,
+        "stb_mirrorapi_unknown": mirrorapi_unknown,
         "stb_shared": shared,
         "stb_allow_hosts": list(allow_host),
         "stb_deny_hosts": list(deny_host),
@@ -282,7 +305,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
 # stb_ options whose flag is not simply --<name>
 _FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
           "stb_not_secret_fields": "--not-secret-field", "stb_not_secret_headers": "--not-secret-header",
-          "stb_volatile_fields": "--volatile-field", "stb_allow_hosts": "--allow-host", "stb_deny_hosts": "--deny-host"}
+          "stb_volatile_fields": "--volatile-field", "stb_allow_hosts": "--allow-host", "stb_deny_hosts": "--deny-host",
+          "stb_keys": "--stb-keys"}
 
 
 def cli_message(text: str) -> str:

@@ -50,7 +50,7 @@ def stats(store, as_json, top, errors, shared):
         fail(str(exc))
     failed = read_status(store) or {}  # writes the store refused (a full disk), kept beside it
     if errors:
-        _print_taxonomy(result.meta["failure"], result.meta["fault"], calls.errors, as_json)
+        _print_taxonomy(result.meta["failure"], result.meta["fault"], calls.errors, as_json, result.imported_failures)
         return
     if as_json:
         click.echo(json.dumps({"store": str(store), **result.to_dict(), "calls": _tally_dict(calls),
@@ -67,6 +67,9 @@ def stats(store, as_json, top, errors, shared):
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
     _print_table("entries by origin", result.by_source.most_common(), result.entries)
+    if result.failed_by_source:  # served as they are stored, as StableToolBench serves its cached failures
+        _print_table("failed answers, by origin (served as stored)",
+                     result.failed_by_source.most_common(), result.entries)
     _print_table("host", result.by_host.most_common(top), result.entries)
     _print_table("calls by source (session logs)", calls.by_source.most_common(), calls.calls)
     _print_table("hits by origin", calls.hits_by_origin.most_common(), sum(calls.hits_by_origin.values()))
@@ -125,10 +128,10 @@ def _print_tools(tools, top: int) -> None:
         click.echo(f"... and {len(rows) - top} more tools (--top)")
 
 
-def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
+def _print_taxonomy(counts, faults, errors, as_json: bool, imported=None) -> None:
     """Real API calls by failure kind: stored answers by their taxonomy, and calls that got
-    no answer (a record-mode connection failure: not connected). TLS set-up errors and
-    failures injected on purpose apart."""
+    no answer (a record-mode connection failure: not connected). TLS set-up errors, failures
+    injected on purpose and the failed answers of an imported cache apart."""
     from collections import Counter
 
     from stbproxy.stb.validity import FailureKind, taxonomy_table
@@ -143,9 +146,11 @@ def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
     rows = taxonomy_table(counts)
     injected = {"total": sum(faults.values()), "by_rule": dict(faults.most_common())}
     tls = {"total": sum(configuration.values()), "by_host": dict(configuration.most_common())}
+    cached = {"total": sum((imported or {}).values()), "by_kind": dict(Counter(imported or {}).most_common())}
     if as_json:
         real = [{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share} for r in rows]
-        click.echo(json.dumps({"real": real, "tls_errors": tls, "injected": injected}, indent=2))
+        click.echo(json.dumps({"real": real, "tls_errors": tls, "injected": injected, "imported_failures": cached},
+                              indent=2))
         return
     click.echo(f"{'kind':<22} {'count':>8} {'share':>7}")
     for row in rows:
@@ -159,6 +164,11 @@ def _print_taxonomy(counts, faults, errors, as_json: bool) -> None:
     click.echo(f"\ninjected (--faults, not real failures, not counted above): {injected['total']}")
     for rule, n in injected["by_rule"].items():
         click.echo(f"  {rule:<38} {n:>8}")
+    if cached["total"]:
+        click.echo(f"\nimported failed answers (an imported cache's, served as stored; not counted above): "
+                   f"{cached['total']}")
+        for kind, n in cached["by_kind"].items():
+            click.echo(f"  {kind:<38} {n:>8}")
 
 
 def _print_table(title: str, rows, total: int) -> None:

@@ -154,20 +154,30 @@ def import_group() -> None:
 @import_group.command(name="stb-cache")
 @click.argument("cache_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @store_option
+@click.option("--skip-failures", is_flag=True,
+              help="Leave out cached failures (answers StableToolBench's check_result rejects), so that a call "
+                   "that meets one asks the real API again, or the simulator [default: import them, as "
+                   "StableToolBench's server serves whatever its cache holds].")
 @click.option("--include-invalid", is_flag=True,
-              help="Also import cached failures (answers StableToolBench's check_result rejects).")
+              help="No effect, accepted for old scripts: cached failures are imported by default now.")
+@click.option("--stb-keys", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True,
+              help="How entries are keyed: exact, by the cache's own key text, as StableToolBench's server looks "
+                   "a call up; canonical, by the arguments compared as text in any order. Serve the store with "
+                   "the same --stb-keys.")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="Worker processes that parse and encode files [default: one per core].")
 @click.option("--strict", is_flag=True,
               help="Import nothing when a folder or file is named so that no request reaches it (or only under "
                    "a spelling the catalog does not use) [default: leave those out, name them, import the rest].")
 @shared_option
-def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
+def import_stb_cache(cache_dir, store, skip_failures, include_invalid, stb_keys, jobs, strict, shared):
     """Import StableToolBench's response cache (<category>/<tool>/<api>.json).
 
-    Every entry is re-keyed canonically and marked 'imported'. Running it twice adds
-    nothing. Entries that cannot be read are listed with file and reason; they never
-    stop the import. A folder or file whose name no request can produce (a tool folder
+    Every entry is keyed as StableToolBench's server looks it up (or canonically, with
+    --stb-keys canonical) and marked 'imported'; cached failures are kept and served as
+    that server serves them (unless --skip-failures). Running it twice adds nothing.
+    Entries that cannot be read are listed with file and reason; they never stop the
+    import. A folder or file whose name no request can produce (a tool folder
     without its _for_<category> suffix, a category folder spelt otherwise than its tool
     folders say, an API file name that is not standardized) is left out and named, with
     the name it should have. The exit status is 1 when nothing could be imported, and
@@ -176,9 +186,11 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
     \b
     Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
     """
+    from stbproxy.keys import KeyRules
     from stbproxy.stb import cache_import as stb_cache
     from stbproxy.store.embedded import Store
 
+    rules = KeyRules(stb_keys=stb_keys)
     try:
         files, placement, catalog_file = _placed_cache_files(cache_dir, store)
         _report_misplaced(placement, strict)
@@ -187,9 +199,10 @@ def import_stb_cache(cache_dir, store, include_invalid, jobs, strict, shared):
             try:
                 # bulk_load: unlogged writes, flushed to disk before the summary is printed
                 with Store(store) as db, db.bulk_load(), SharedImport(shared) as writer:
+                    _check_keys_of(db, store, stb_keys)
                     with ctrl_c.stoppable():
-                        _import_entries(db, placement.reachable, cache_dir, catalog_file, include_invalid, jobs,
-                                        summary, ctrl_c, writer)
+                        _import_entries(db, placement.reachable, cache_dir, catalog_file, rules, skip_failures,
+                                        jobs, summary, ctrl_c, writer)
                 summary.shared_added = writer.added
             except KeyboardInterrupt:
                 if not ctrl_c.requested:  # not a Ctrl-C that this import handles
@@ -208,6 +221,18 @@ def _end_import(summary, placement, shared, stopped: bool, store: Path) -> None:
                     "was flushed and closed); the same command imports the rest")
     if summary.imported + summary.duplicates == 0:
         fail(f"nothing imported: {_why_nothing(summary)}", 1)
+
+
+def _check_keys_of(db, store: Path, stb_keys: str) -> None:
+    """Entries under other keys than the store holds would never meet its calls: refused."""
+    from stbproxy.keys import stb_keys_of
+
+    first = next(iter(db.keys("api/")), None)
+    made = stb_keys_of(first) if first is not None else None
+    if made is not None and made != stb_keys:
+        fail(f"the store at {store} holds StableToolBench calls under {made} keys, and this import would add "
+             f"{stb_keys} keys, which no proxy serving it would meet: import with --stb-keys {made}, or into "
+             "a new store")
 
 
 def _placed_cache_files(cache_dir: Path, store: Path):
@@ -243,8 +268,10 @@ def _report_misplaced(placement, strict: bool) -> None:
 def _print_import_summary(summary, placement, shared) -> None:
     click.echo(f"files: {summary.files}, entries read: {summary.entries}")
     unreachable = placement.unreachable_files
-    click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, "
-               f"invalid (left out): {summary.invalid}, unparseable: {summary.unparseable}"
+    failures = (f"failed answers left out (--skip-failures): {summary.skipped}" if summary.skipped
+                else f"failed answers kept (served as StableToolBench serves them): {summary.failures}")
+    click.echo(f"imported: {summary.imported}, duplicates: {summary.duplicates}, {failures}, "
+               f"unparseable: {summary.unparseable}"
                + (f", unreachable files (left out): {unreachable}" if unreachable else ""))
     if shared:
         click.echo(f"shared tier: {summary.shared_added} added, "
@@ -258,13 +285,13 @@ def _print_import_summary(summary, placement, shared) -> None:
 def _why_nothing(summary) -> str:
     if summary.entries == 0 and not summary.unparseable:
         return "the cache files hold no entries"
-    if summary.invalid:
-        return (f"the {summary.invalid} entries that could be read are failed answers (StableToolBench's "
-                "check_result rejects them); --include-invalid imports them")
+    if summary.skipped:
+        return (f"the {summary.skipped} entries that could be read are failed answers (StableToolBench's "
+                "check_result rejects them), left out by --skip-failures")
     return "no entry could be read (the reasons are above)"
 
 
-def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summary, ctrl_c, shared=None) -> None:
+def _import_entries(db, files, root, catalog_file, rules, skip_failures, jobs, summary, ctrl_c, shared=None) -> None:
     """Import ``files`` into ``summary``, one atomic write per file; stops between two files
     once Ctrl-C was pressed."""
     import time
@@ -273,8 +300,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summar
     from tqdm import tqdm
 
     from stbproxy.stb import cache_import as stb_cache
-    encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file,
-                                            include_invalid=include_invalid, now=time.time(), jobs=jobs,
+    encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file, rules=rules,
+                                            skip_failures=skip_failures, now=time.time(), jobs=jobs,
                                             shield=ctrl_c.holding)
     with tqdm(total=len(files), unit="file", desc="importing", disable=None, dynamic_ncols=True) as bar, \
             closing(encoded_files):
@@ -289,7 +316,8 @@ def _import_entries(db, files, root, catalog_file, include_invalid, jobs, summar
 
 def _import_file(db, encoded, summary, shared) -> None:
     summary.entries += encoded.entries
-    summary.invalid += encoded.invalid
+    summary.failures += encoded.failures
+    summary.skipped += encoded.skipped
     summary.add_problems(encoded.unparseable, encoded.problems)
     fresh: dict[str, bytes] = {}
     stored = db.existing([key for key, _ in encoded.records])

@@ -87,11 +87,12 @@ class StbAddon:
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
         loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
+        loader.add_option("stb_keys", str, "exact", "How StableToolBench calls are keyed: exact (as StableToolBench's server looks them up: the arguments' text, order and types) or canonical (arguments compared as text, in any order).")
         loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
         loader.add_option("stb_mcp", Sequence[str], [], "NAME=URL: an MCP server answered at this proxy's own /mcp/NAME (for clients that ignore proxy variables).")
         loader.add_option("stb_simulator", str, "auto", "auto, llm, mirrorapi, schema or off (auto: llm when an LLM is configured, else schema).")
         loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
-        loader.add_option("stb_sim_temperature", str, "0", "The simulator's sampling temperature.")
+        loader.add_option("stb_sim_temperature", str, "", "The simulator's sampling temperature (empty: 0, or 0.1 for mirrorapi).")
         loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
         loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
         loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
@@ -99,6 +100,8 @@ class StbAddon:
         loader.add_option("stb_prompt", str, "plain", "With stb_dir: plain (SFT_SYSTEM) or cot (COT_SYSTEM).")
         loader.add_option("stb_sim_system_prompt", Optional[str], None, "A file holding the simulator model's system prompt.")
         loader.add_option("stb_sim_prompt", Optional[str], None, "A prompt template for the simulator model (docs/simulators.md).")
+        loader.add_option("stb_mirrorapi_parse", str, "stb", "mirrorapi replies read as StableToolBench's server reads them, once (stb), or recovered over up to 3 attempts (recover).")
+        loader.add_option("stb_mirrorapi_unknown", str, "fail", "mirrorapi for an API the catalog does not hold: HTTP 500 unasked, as StableToolBench's server (fail), or ask the model (prompt).")
         loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
         loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
         loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
@@ -425,6 +428,7 @@ def settings_from_options(opts) -> Settings:
         upstream_insecure=opts.stb_upstream_insecure,
         upstream_proxy=opts.stb_upstream_proxy,
         validity=opts.stb_validity,
+        stb_keys=opts.stb_keys,
         refresh_simulated=opts.stb_refresh_simulated,
         faults=tuple(opts.stb_faults),
         fault_seed=opts.stb_fault_seed,
@@ -445,7 +449,7 @@ def settings_from_options(opts) -> Settings:
         allow_empty=opts.stb_allow_empty,
         simulator=opts.stb_simulator,
         sim_model=opts.stb_sim_model,
-        sim_temperature=checked("stb_sim_temperature", parse_temperature),
+        sim_temperature=checked("stb_sim_temperature", parse_temperature) if opts.stb_sim_temperature else None,
         sim_max_tokens=opts.stb_sim_max_tokens,
         sim_seed=opts.stb_sim_seed,
         sim_concurrency=opts.stb_sim_concurrency,
@@ -453,6 +457,8 @@ def settings_from_options(opts) -> Settings:
         stb_prompt=opts.stb_prompt,
         sim_system_prompt=Path(opts.stb_sim_system_prompt) if opts.stb_sim_system_prompt else None,
         sim_prompt=Path(opts.stb_sim_prompt) if opts.stb_sim_prompt else None,
+        mirrorapi_parse=opts.stb_mirrorapi_parse,
+        mirrorapi_unknown=opts.stb_mirrorapi_unknown,
         shared=opts.stb_shared or shared_url_from_env(),
         max_headers=opts.stb_max_headers,
         max_header_bytes=opts.stb_max_header_bytes,
@@ -466,7 +472,8 @@ def settings_from_options(opts) -> Settings:
     try:
         return Settings(**values)
     except ConfigError as exc:
-        option = f"stb_{exc.setting}" if exc.setting else "stb options"
+        setting = exc.setting or ""
+        option = setting if setting.startswith("stb_") else f"stb_{setting}" if setting else "stb options"
         raise exceptions.OptionsError(f"{option}: {exc}") from exc
 
 

@@ -16,7 +16,7 @@ from stbcore.tool_calls import WireCall, read_tool_call
 from stbproxy import keys
 from stbproxy.errors import StbError
 from stbproxy.keys import KeyRules
-from stbproxy.models import Exchange, Request, Source
+from stbproxy.models import ApiRef, Exchange, Request, Source
 from stbproxy.redact import redact_request
 from stbproxy.sim.simulation import NOT_DESCRIBED, SimulationRequest
 from stbproxy.stb.api_requests import request_args
@@ -38,6 +38,7 @@ class CallFacts:
     doc: ApiDoc | None
     args: dict[str, Any]
     prefixes: tuple[str, ...]  # store prefixes holding answers of the same API or endpoint
+    api: ApiRef | None = None  # the API as the call named it (a /virtual call's names, read as its server reads them)
 
     @property
     def name(self) -> str:
@@ -59,7 +60,7 @@ def call_facts(job: SimulationRequest, catalog: Catalog | None, rules: KeyRules)
         prefixes.insert(0, keys.api_prefix(doc.ref))
     given = dict(job.args) if job.args is not None else call_args(request, catalog)
     args = without_secrets(given, rules)
-    return CallFacts(request, doc, args, tuple(prefixes))
+    return CallFacts(request, doc, args, tuple(prefixes), job.api)
 
 
 def _route(catalog: Catalog, request: Request) -> ApiDoc | None:

@@ -6,8 +6,10 @@ template.
 A simulation's ``meta`` holds ``simulator`` (the dialect's name), ``model``,
 ``prompt_tokens`` and ``completion_tokens`` (summed over attempts, since failed attempts
 cost too), ``attempts``, the model's ``error`` text when it gave one, and ``recovered``
-when a malformed reply was read leniently (how). Prompts and logs are built from the
-redacted request only, and never from headers (call_facts.py).
+when a malformed reply was read leniently (how). Where StableToolBench's MirrorAPI server
+would fail (a dialect with ``stb_server`` or ``refuses_unknown``), the simulation fails as
+its HTTP 500, ``virtual_status`` 500 in its meta and the cause in ``cause``. Prompts and logs
+are built from the redacted request only, and never from headers (call_facts.py).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from stbproxy.errors import ConfigError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim.call_facts import ExampleCache, call_facts
 from stbproxy.sim.config import SimulatorConfig
-from stbproxy.sim import dialects
+from stbproxy.sim import dialects, mirror_api
 from stbproxy.sim.dialects import Dialect
 from stbproxy.sim.llm_prompt import BadReply, answer_response, example_pairs, fit_examples, reply_text, trim
+from stbproxy.sim.mirror_api import ServerFailure
 from stbproxy.sim.simulation import Simulation, SimulationRequest
-from stbproxy.stb.bodies import error_object_response
+from stbproxy.stb.bodies import VIRTUAL_STATUS, error_object_response
 from stbproxy.stb.catalog import Catalog
 
 log = logging.getLogger("stbproxy")
@@ -98,6 +101,8 @@ class LlmSimulator:
         try:
             facts = call_facts(job, self.catalog, self.rules)
             name = facts.name
+            if self.dialect.refuses_unknown and not mirror_api.stb_finds(facts):
+                return _server_failure(name, "StableToolBench's server finds no such API in its tool docs", meta)
             pairs = []
             if self.dialect.uses_examples:
                 pairs = example_pairs(self._examples.get(facts, job.key), self.catalog, self.rules)
@@ -106,6 +111,8 @@ class LlmSimulator:
                 return await self._ask(messages, name, meta)
         except openai.OpenAIError as exc:
             reason = llm_error_reason(exc, self.config.timeout)
+            if self.dialect.stb_server:
+                return _server_failure(name, reason, meta)
         except Exception as exc:  # a bug must not take the proxy's answer away
             log.exception("simulator: unexpected failure for %s", name)
             reason = f"internal error ({type(exc).__name__})"
@@ -113,38 +120,56 @@ class LlmSimulator:
         return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
 
     async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
-        """Up to MAX_ATTEMPTS calls until a reply parses; openai errors propagate."""
+        """Up to the dialect's attempts until a reply reads; openai errors propagate."""
         reason = ""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempts = self.dialect.attempts or MAX_ATTEMPTS
+        for attempt in range(1, attempts + 1):
             completion = await self._complete(messages)
+            meta["attempts"] = attempt
             try:
-                text = reply_text(completion, meta)
-                error, response, how = self.dialect.read(text)
+                error, response, how = self._read(completion, meta)
+            except ServerFailure as exc:
+                return _server_failure(name, str(exc), meta)
             except BadReply as exc:
                 reason = str(exc)
-                log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s", name, attempt, MAX_ATTEMPTS,
-                            reason)
+                log.warning("simulation of %s: attempt %d/%d gave a bad reply: %s", name, attempt, attempts, reason)
                 continue
-            meta["attempts"] = attempt
-            if error:
-                meta["error"] = error
             if how:
                 meta["recovered"] = ", ".join(how)
+            if self.dialect.stb_server:  # the answer object as that server gives it, member for member
+                body, kept = mirror_api.stb_answer(error, response)
+                return Simulation(body, ok=True, meta={**meta, **kept})
+            if error:
+                meta["error"] = error
             return Simulation(answer_response(error, response), ok=True, meta=meta)
-        meta["attempts"] = MAX_ATTEMPTS
-        reason = f"no usable reply in {MAX_ATTEMPTS} attempts (last: {reason})"
+        if self.dialect.stb_server:
+            log.warning("simulation of %s: %s; answered %r, as StableToolBench's server does", name, reason,
+                        mirror_api.NO_ANSWER)
+            return Simulation(error_object_response(mirror_api.NO_ANSWER), ok=False, meta=meta)
+        reason = f"no usable reply in {attempts} attempts (last: {reason})"
         log.warning("simulation of %s failed: %s", name, reason)
         return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
 
+    def _read(self, completion: Any, meta: dict[str, Any]) -> tuple[Any, Any, list[str]]:
+        """(error, response, how) of a completion; a completion without a message is a failure
+        of StableToolBench's server, for a dialect that answers as it does."""
+        try:
+            text = reply_text(completion, meta)
+        except BadReply as exc:
+            raise (ServerFailure(str(exc)) if self.dialect.stb_server else exc) from None
+        return self.dialect.read(text)
+
     async def _complete(self, messages: list[dict[str, str]]):
-        request: dict[str, Any] = {"model": self.model, "messages": messages,
-                                   "temperature": self.config.temperature}
+        # Members in the order of the openai client's chat.completions.create(), as
+        # StableToolBench's server sends them: the same request is the same bytes.
+        request: dict[str, Any] = {"messages": messages, "model": self.model}
         max_tokens = self.dialect.max_tokens or self.config.max_tokens
         if max_tokens is not None:
             request["max_tokens"] = max_tokens
         seed = self.config.seed if self.config.seed is not None else self.dialect.seed
         if seed is not None:
             request["seed"] = seed
+        request["temperature"] = self.config.sampling_temperature
         shard = self._busy.index(min(self._busy))  # the least busy client
         self._busy[shard] += 1
         try:
@@ -167,6 +192,12 @@ class LlmSimulator:
         # Only now is it clear the 400 was about JSON mode and not the request itself.
         self._json_mode = False
         return completion
+
+
+def _server_failure(name: str, cause: str, meta: dict[str, Any]) -> Simulation:
+    """Where StableToolBench's MirrorAPI server fails: its HTTP 500, never stored."""
+    log.warning("simulation of %s: %s; answered HTTP 500, as StableToolBench's server does", name, cause)
+    return Simulation(mirror_api.SERVER_ERROR, ok=False, meta={**meta, VIRTUAL_STATUS: 500, "cause": cause})
 
 
 def llm_error_reason(exc: openai.OpenAIError, timeout: float) -> str:

@@ -34,6 +34,9 @@ def build_simulator(config: SimulatorConfig, catalog: Catalog | None, store, *,
     if kind not in MODEL_KINDS and (config.template is not None or config.system_prompt is not None):
         raise ConfigError(f"prompt options (--sim-prompt, --sim-system-prompt, --stb-dir) are for the llm and "
                           f"mirrorapi simulators, not {kind}", setting="simulator")
+    if kind != "mirrorapi" and not config.mirrorapi_defaults:  # else they would silently do nothing
+        raise ConfigError(f"--mirrorapi-parse and --mirrorapi-unknown are for the mirrorapi simulator, not {kind}",
+                          setting="simulator")
     if kind == "off":
         return OffSimulator()
     if kind == "schema":
@@ -48,10 +51,11 @@ def dialect_for(kind: str, config: SimulatorConfig) -> dialects.Dialect:
         raise ConfigError("the mirrorapi simulator needs the system prompt its model was trained on: give "
                           "--stb-dir DIR (your StableToolBench checkout; --stb-prompt plain|cot chooses the "
                           "prompt) or --sim-system-prompt FILE", setting="simulator")
+    rules = (config.mirrorapi_parse, config.mirrorapi_unknown)
     if config.template is not None:
-        return dialects.templated(kind, config.template, config.system_prompt)
+        return dialects.templated(kind, config.template, config.system_prompt, *rules)
     if kind == "mirrorapi":
-        return dialects.mirrorapi(config.system_prompt)
+        return dialects.mirrorapi(config.system_prompt, *rules)
     return dialects.llm(config.system_prompt)
 
 

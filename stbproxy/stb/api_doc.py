@@ -107,6 +107,16 @@ class ApiDoc:
                 out[target] = value
         return out
 
+    def in_doc_order(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Arguments (under their standardized names) in the order the doc lists them,
+        required first, as an agent's function schema lists them; unlisted names after,
+        as given. An HTTP request has no order of arguments that a /virtual call would
+        share, so this is the order its exact key is made in."""
+        listed = [api_key_name(p.name) for p in self.required_parameters + self.optional_parameters]
+        ordered = {name: args[name] for name in listed if name in args}
+        ordered.update((name, value) for name, value in args.items() if name not in ordered)
+        return ordered
+
     def wire_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments under the names the real API documents; unlisted names kept as given."""
         if not self.wire_names:

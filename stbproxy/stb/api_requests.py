@@ -16,12 +16,13 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from stbproxy import jsonsafe, keys
 from stbproxy.stb.catalog import ApiDoc
+from stbcore.toolbench_names import server_names
 from stbproxy.models import ApiRef, Request
 
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
 # json.dumps with options builds an encoder per call; a stand-in body is made per imported
 # entry. Its arguments come from JSON or literals, so they hold no cycles to look for.
-_STAND_IN_BODY = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str, check_circular=False)
+_STAND_IN_BODY = json.JSONEncoder(ensure_ascii=False, default=str, check_circular=False)
 
 
 def request_args(request: Request) -> dict[str, Any]:
@@ -90,7 +91,8 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
 
 
 def stand_in_body(args: Mapping[str, Any]) -> bytes:
-    """The body of stored_request's stand-in: the arguments as JSON, names sorted."""
+    """The body of stored_request's stand-in: the arguments as JSON, in the call's order and
+    with their types, which is what an exact key is made of (keys.exact_arguments_text)."""
     return _STAND_IN_BODY.encode(dict(args)).encode()
 
 
@@ -103,14 +105,15 @@ def is_rapidapi_url(url: str) -> bool:
     return host == "rapidapi.com" or host.endswith(".rapidapi.com")
 
 
-def toolbench_request(url: str, ref: ApiRef, args: Mapping[str, Any], toolbench_key: str) -> Request:
-    """A /virtual call re-packed as StableToolBench's server sends it to a ToolBench-style
-    server: standardized names, the tool without its ``_for_<category>`` suffix, the
-    arguments as a JSON object, and the key in the body and as a header."""
-    suffix = "_for_" + ref.category
-    tool = ref.tool[: -len(suffix)] if ref.tool.endswith(suffix) else ref.tool
-    body = {"category": ref.category, "tool_name": tool, "api_name": ref.api, "tool_input": dict(args),
-            "strip": "", "toolbench_key": toolbench_key}
+def toolbench_request(url: str, category: str, tool_name: str, api_name: str, args: Mapping[str, Any],
+                      toolbench_key: str) -> Request:
+    """A /virtual call sent on to a ToolBench-style server as StableToolBench's server sends
+    it: its category key, the tool name as the client gave it cut at its first ``_for_``,
+    its API key (server_names), the arguments as a JSON object, and the key in the body and
+    as a header."""
+    category, _tool, api = server_names(category, tool_name, api_name)
+    body = {"category": category, "tool_name": tool_name.split("_for_")[0], "api_name": api,
+            "tool_input": dict(args), "strip": "", "toolbench_key": toolbench_key}
     headers = (("accept", "application/json"), ("Content-Type", "application/json"),
                ("toolbench_key", toolbench_key))
     return Request("POST", url, headers, json.dumps(body).encode())

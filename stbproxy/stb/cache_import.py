@@ -2,10 +2,15 @@
 
 Layout: ``<cache>/<category_key>/<tool_key>/<api_key>.json``, each file one JSON object
 mapping ``str(args_dict)`` (a Python literal, not JSON: key order and value types are
-the client's) to ``{"error": ..., "response": ...}``. Every entry is re-keyed
-canonically (keys.api_key), so ``{'b': 1, 'a': 2}`` and ``{'a': 2, 'b': '1'}`` meet.
-Argument names are ToolBench's standardized ones (``is_id``, ``playerid``), which is
-also how the proxy keys calls that arrive with the documented names.
+the client's) to ``{"error": ..., "response": ...}``. Every entry is kept, a cached
+failure too, since StableToolBench's server serves whatever its cache holds (with
+``skip_failures``, failed answers are left out and asked for again). Under exact keys (the
+default) an entry is keyed by the cache's own key text, which is what StableToolBench's
+server looks a call up by; under canonical keys (keys.stb_api_key) by its arguments
+compared as text, so ``{'b': 1, 'a': 2}`` and ``{'a': 2, 'b': '1'}`` meet. Argument names
+are ToolBench's standardized ones (``is_id``, ``playerid``), which is also how the proxy
+keys calls that arrive with the documented names. An answer object that is more than
+``{"error", "response"}`` is kept whole (bodies.answer_parts), and served as it is cached.
 Problems are reported per entry and never stop the import.
 """
 
@@ -28,7 +33,8 @@ from stbproxy import keys
 
 from stbproxy.stb import validity
 from stbproxy.stb.catalog import ApiDoc, Catalog
-from stbproxy.stb.bodies import api_body_parts, api_body_response
+from stbproxy.redact import redact_request
+from stbproxy.stb.bodies import answer_parts, api_body_parts, is_plain_answer
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
@@ -59,7 +65,8 @@ class ImportSummary:
     entries: int = 0
     imported: int = 0
     duplicates: int = 0  # already stored, or the same canonical call twice in the cache
-    invalid: int = 0  # failed answers (check_result), left out unless asked for
+    failures: int = 0  # failed answers (check_result rejects them): kept, unless skip_failures
+    skipped: int = 0  # ... of which left out (skip_failures)
     shared_sent: int = 0  # records offered to the shared tier (import --shared) ...
     shared_added: int = 0  # ... and those it did not hold yet
     unparseable: int = 0  # entries and files that could not be read ...
@@ -82,24 +89,30 @@ def cache_files(root: Path) -> list[Path]:
     return sorted(root.glob("*/*/*.json"))
 
 
+@dataclass(frozen=True, slots=True)
+class CachedEntry:
+    text: str  # the cache's own key: str() of the arguments, as the client's call gave them
+    args: dict
+    value: dict  # the cached answer object
+    failure: validity.FailureKind | None  # None: an answer check_result accepts
+
+
 def read_cache_file(path: Path, root: Path, *, catalog: Catalog | None = None, rules: KeyRules = DEFAULT_RULES,
-                    include_invalid: bool = False, now: float = 0.0,
-                    summary: ImportSummary) -> Iterator[Exchange]:
+                    skip_failures: bool = False, now: float = 0.0, summary: ImportSummary) -> Iterator[Exchange]:
     """The entries of one cache file as Exchanges; problems go to ``summary``."""
     ref = api_of(path)
     doc = catalog.get(ref) if catalog is not None else None
-    for args, value in accepted_entries(path, root, include_invalid=include_invalid, summary=summary):
-        yield entry_exchange(ref, doc, args, value, rules=rules, now=now)
+    for entry in accepted_entries(path, root, skip_failures=skip_failures, summary=summary):
+        yield entry_exchange(ref, doc, entry, rules=rules, now=now)
 
 
 def api_of(path: Path) -> ApiRef:
     return ApiRef(path.parent.parent.name, path.parent.name, path.stem)
 
 
-def accepted_entries(path: Path, root: Path, *, include_invalid: bool,
-                     summary: ImportSummary) -> Iterator[tuple[dict, dict]]:
-    """(arguments, cached value) of each entry of one cache file worth importing; the
-    counts and problems go to ``summary``."""
+def accepted_entries(path: Path, root: Path, *, skip_failures: bool,
+                     summary: ImportSummary) -> Iterator[CachedEntry]:
+    """The entries of one cache file worth importing; the counts and problems go to ``summary``."""
     name = str(path.relative_to(root))
     try:
         document = json.loads(path.read_bytes())
@@ -118,30 +131,48 @@ def accepted_entries(path: Path, root: Path, *, include_invalid: bool,
         if not isinstance(value, dict) or "response" not in value:
             summary.problem(Problem(name, "cached value is not an {error, response} object", _short(raw_key)))
             continue
-        if not include_invalid and not validity.check_result(value):
-            summary.invalid += 1
-            continue
-        yield args, value
+        failure = None
+        if not validity.check_result(value):
+            failure = validity.judge_object(value).failure
+            summary.failures += 1
+            if skip_failures:
+                summary.skipped += 1
+                continue
+        yield CachedEntry(raw_key, args, value, failure)
 
 
-def entry_exchange(ref: ApiRef, doc: ApiDoc | None, args: dict, value: dict, *, rules: KeyRules = DEFAULT_RULES,
+def entry_key(ref: ApiRef, doc: ApiDoc | None, entry: CachedEntry, rules: KeyRules = DEFAULT_RULES) -> str:
+    """The key of a cached entry: its own text under exact keys (rebuilt only when a secret
+    or volatile argument must be left out of it), else its canonical arguments, where a
+    documented spelling among them is keyed as the proxy keys it."""
+    if rules.stb_keys == keys.EXACT:
+        hidden = _hidden_names(entry.args, rules)
+        return keys.exact_api_key(ref, keys.exact_arguments_text(entry.args, rules) if hidden else entry.text)
+    return keys.api_key(ref, doc.key_args(entry.args) if doc is not None else entry.args, rules)
+
+
+def _hidden_names(args: dict, rules: KeyRules) -> bool:
+    """Whether the arguments hold a secret or volatile one (never keyed, never stored)."""
+    return any(type(name) is str and name in rules.unkeyed_fields for name in args)
+
+
+def entry_exchange(ref: ApiRef, doc: ApiDoc | None, entry: CachedEntry, *, rules: KeyRules = DEFAULT_RULES,
                    now: float) -> Exchange:
     """One accepted cache entry as the Exchange it is stored as."""
+    response, meta = answer_parts(entry.value)
+    meta["origin"] = "stb-cache"
+    if entry.failure is not None:
+        meta["failure"] = entry.failure.value
+    request = stored_request(ref, doc, entry.args)
     return Exchange(
-        # Cached arguments are the agent's, under standardized names already; a
-        # documented spelling among them is keyed as the proxy keys it.
-        key=keys.api_key(ref, doc.key_args(args) if doc is not None else args, rules),
-        request=stored_request(ref, doc, args),
-        response=api_body_response(value["response"]),
+        key=entry_key(ref, doc, entry, rules),
+        request=redact_request(request, rules) if _hidden_names(entry.args, rules) else request,
+        response=response,
         source=Source.IMPORTED,
         stored_at=now,
         api=ref,
-        meta={"error": _error_of(value), "origin": "stb-cache"},
+        meta=meta,
     )
-
-
-def _error_of(value: dict) -> str:
-    return str(value.get("error") or "")
 
 
 # The common cache key is a flat dict of plain scalars: {'city': 'Paris', 'days': 3}.
@@ -190,61 +221,72 @@ def _short(text: str, limit: int = 80) -> str:
 class EncodedFile:
     records: list[tuple[str, bytes]]  # (key, encoded record), ready for Store.put_encoded_many
     entries: int
-    invalid: int
+    failures: int
+    skipped: int
     unparseable: int
     problems: list[Problem]  # the first of them
 
 
-def encode_file(path: Path, root: Path, *, catalog: Catalog | None, include_invalid: bool, now: float) -> EncodedFile:
+def encode_file(path: Path, root: Path, *, catalog: Catalog | None, rules: KeyRules = DEFAULT_RULES,
+                skip_failures: bool = False, now: float) -> EncodedFile:
     summary = ImportSummary()
     ref = api_of(path)
     doc = catalog.get(ref) if catalog is not None else None
-    entries = accepted_entries(path, root, include_invalid=include_invalid, summary=summary)
+    entries = accepted_entries(path, root, skip_failures=skip_failures, summary=summary)
     if doc is None:
-        records = list(_stand_in_records(ref, entries, now))
+        records = list(_stand_in_records(ref, entries, rules, now))
     else:
-        records = [(e.key, encode_exchange(e)) for e in (entry_exchange(ref, doc, a, v, now=now) for a, v in entries)]
-    return EncodedFile(records, summary.entries, summary.invalid, summary.unparseable, summary.problems)
+        records = [(e.key, encode_exchange(e)) for e in (entry_exchange(ref, doc, entry, rules=rules, now=now)
+                                                         for entry in entries)]
+    return EncodedFile(records, summary.entries, summary.failures, summary.skipped, summary.unparseable,
+                       summary.problems)
 
 
-def _stand_in_records(ref: ApiRef, entries: Iterator[tuple[dict, dict]], now: float) -> Iterator[tuple[str, bytes]]:
+def _stand_in_records(ref: ApiRef, entries: Iterator[CachedEntry], rules: KeyRules,
+                      now: float) -> Iterator[tuple[str, bytes]]:
     """The records of an API the catalog does not know. Its entries' Exchanges differ only
     in the request body (the arguments), the answer's body, its content type (text or
-    JSON) and the cached error, so each record is made from a template of the first entry
-    of its kind with the two bodies put in: the bytes of encode_exchange(entry_exchange())
-    at a fraction of the cost (no Exchange, no JSON head per entry)."""
+    JSON), the cached error and its failure kind, so each record is made from a template
+    of the first entry of its kind with the two bodies put in: the bytes of
+    encode_exchange(entry_exchange()) at a fraction of the cost (no Exchange, no JSON head
+    per entry). An answer kept whole, or arguments with a secret to leave out, take the
+    plain way."""
     templates: dict[tuple, RecordTemplate] = {}
-    for args, value in entries:
-        headers, body = api_body_parts(value["response"])
-        kind = (headers, _error_of(value))
+    for entry in entries:
+        if not is_plain_answer(entry.value) or _hidden_names(entry.args, rules):
+            exchange = entry_exchange(ref, None, entry, rules=rules, now=now)
+            yield exchange.key, encode_exchange(exchange)
+            continue
+        headers, body = api_body_parts(entry.value["response"])
+        kind = (headers, entry.value["error"], entry.failure)
         template = templates.get(kind)
         if template is None:
-            template = templates[kind] = RecordTemplate(entry_exchange(ref, None, args, value, now=now))
-        yield keys.api_key(ref, args), template.record(stand_in_body(args), body)
+            template = templates[kind] = RecordTemplate(entry_exchange(ref, None, entry, rules=rules, now=now))
+        yield entry_key(ref, None, entry, rules), template.record(stand_in_body(entry.args), body)
 
 
 _WORKER: dict = {}
 
 
-def _start_worker(root: str, catalog_file: str | None, include_invalid: bool, now: float) -> None:
+def _start_worker(root: str, catalog_file: str | None, rules: KeyRules, skip_failures: bool, now: float) -> None:
     # Ctrl-C is the importing process's to handle (it stops between two files); a worker
     # that took it too would die with a traceback and break the pool.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.update(root=Path(root), catalog=Catalog.load(catalog_file) if catalog_file else None,
-                   include_invalid=include_invalid, now=now)
+                   rules=rules, skip_failures=skip_failures, now=now)
 
 
 def _encode_in_worker(paths: list[str]) -> list[EncodedFile]:
-    return [encode_file(Path(path), _WORKER["root"], catalog=_WORKER["catalog"],
-                        include_invalid=_WORKER["include_invalid"], now=_WORKER["now"]) for path in paths]
+    return [encode_file(Path(path), _WORKER["root"], catalog=_WORKER["catalog"], rules=_WORKER["rules"],
+                        skip_failures=_WORKER["skip_failures"], now=_WORKER["now"]) for path in paths]
 
 
 FILES_PER_TASK = 8
 TASKS_AHEAD = 4  # per worker: enough to keep the workers busy, few enough to bound memory
 
 
-def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, include_invalid: bool,
-                  now: float, jobs: int | None = None,
+def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, rules: KeyRules = DEFAULT_RULES,
+                  skip_failures: bool = False, now: float, jobs: int | None = None,
                   shield: Callable[[], ContextManager] = contextlib.nullcontext) -> Iterator[EncodedFile]:
     """Every file encoded, in order; ``jobs`` worker processes (default: one per core).
     Workers run at most TASKS_AHEAD tasks ahead of the caller, so a caller slower than
@@ -256,11 +298,12 @@ def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, i
     if jobs <= 1 or len(files) < 2 * jobs:
         catalog = Catalog.load(catalog_file) if catalog_file else None
         for path in files:
-            yield encode_file(path, root, catalog=catalog, include_invalid=include_invalid, now=now)
+            yield encode_file(path, root, catalog=catalog, rules=rules, skip_failures=skip_failures, now=now)
         return
     tasks = ([str(p) for p in files[i:i + FILES_PER_TASK]] for i in range(0, len(files), FILES_PER_TASK))
     pool = ProcessPoolExecutor(jobs, initializer=_start_worker,
-                               initargs=(str(root), str(catalog_file) if catalog_file else None, include_invalid, now))
+                               initargs=(str(root), str(catalog_file) if catalog_file else None, rules, skip_failures,
+                                         now))
     try:
         pending = deque(pool.submit(_encode_in_worker, task) for task in islice(tasks, TASKS_AHEAD * jobs))
         while pending:

@@ -60,8 +60,10 @@ class Verdict:
 
 # (rule number, substrings of the lower-cased text, substrings of the text as is)
 _STB_INVALID_RULES: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = (
+    # StableToolBench also looks for "API doesn't exists" in the lower-cased text, which can
+    # never hold it: only the answer that is exactly NO_SUCH_API counts (_stb_rules).
     (3, ("rate limit", "time out", "timed out", "does not exist", "404", "504", "500",
-         "internal error", "api doesn't exists"), ("Service Not Found",)),
+         "internal error"), ("Service Not Found",)),
     (4, ("authoriz", "authenticat", "unauthorized", "blocked user", "unsubscribe", "blocked",
          "401", "403", "credential", "unauthenticated", "disabled for your subscription",
          "invalid consumer key"), ("ACCESS_DENIED",)),
@@ -81,6 +83,7 @@ _STB_MARKS: tuple[tuple[str, int, bool], ...] = tuple(
 
 
 _UNEXPECTED_KEYWORD = "got an unexpected keyword argument"
+NO_SUCH_API = """{'message': "API doesn't exists"}"""  # str() of RapidAPI's answer for an unknown API
 # Any mark at all, found in one pass over the lower-cased text (a mark found in the text as
 # is is found lower-cased too): most answers hold none, and then the 28 searches of the
 # rule loop are skipped. An import judges hundreds of thousands of answers.
@@ -117,6 +120,8 @@ def _stb_rules(obj: Any) -> tuple[bool, str]:
         for mark, rule, exact in _STB_MARKS:
             if mark in (text if exact else lowered):
                 return False, f"rule {rule}: response contains {mark!r}"
+    if text == NO_SUCH_API:
+        return False, "rule 3: the response is RapidAPI's \"API doesn't exists\""
     if not text:
         return False, "rule 6: empty response"
     return True, "rule 7: no failure marker"
@@ -168,7 +173,7 @@ def _failure_of_invalid(error_text: str, response_text: str) -> FailureKind:
     return FailureKind.OTHER if kind is FailureKind.SUCCESS else kind
 
 
-def _failure_of_status(status: int, response_text: str) -> FailureKind:
+def failure_of_status(status: int, response_text: str) -> FailureKind:
     if status in (408, 429) or status in (502, 503, 504):
         return FailureKind.NOT_CONNECTED
     if status in (404, 410, 500, 501):  # the paper files internal errors under not found
@@ -286,10 +291,10 @@ def judge(status: int, body: bytes, content_type: str | None = None,
         valid, reason = _stb_rules({"error": error, "response": response})
         if valid:
             return Verdict(True, f"stb {reason}", FailureKind.SUCCESS)
-        failure = _failure_of_invalid("", text) if ok_status else _failure_of_status(status, text)
+        failure = _failure_of_invalid("", text) if ok_status else failure_of_status(status, text)
         return Verdict(False, f"stb {reason}", failure)
     if status == 429 or not 200 <= status < 400:
-        return Verdict(False, f"strict: {_status_text(status)}", _failure_of_status(status, text))
+        return Verdict(False, f"strict: {_status_text(status)}", failure_of_status(status, text))
     if not text.strip():
         return Verdict(False, f"strict: empty body with {_status_text(status)}", FailureKind.OTHER)
     marker = _strict_marker(text)

@@ -23,18 +23,21 @@ from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from stbproxy import jsonsafe, keys
+from stbproxy.keys import EXACT
 from stbproxy.stb.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
+from stbcore.toolbench_names import server_names
 from stbproxy.engine import Answer, Engine
-from stbproxy.models import ApiRef, Headers, Request, Source, header_value
-from stbproxy.provenance import FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
+from stbproxy.models import ApiRef, Headers, Request, Response, Source, header_value
+from stbproxy.provenance import FAILURE_HEADER, FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
-from stbproxy.stb.bodies import body_value
+from stbproxy.stb.bodies import VIRTUAL_STATUS, WHOLE_ANSWER, body_value
 from stbproxy.stb.api_requests import api_request, is_rapidapi_url, stored_request, toolbench_request
-from stbproxy.stb.traffic import NAME as STABLETOOLBENCH
+from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SERVER_REPLY
 from stbproxy.traffic.seam import Call
 from stbproxy.forensics.naming import session_spec
 
 CHAT_WITH_USER = "chat_with_user"
+TOOL_INPUT_ERROR = "Tool input parse error...\n"  # StableToolBench's answer to a tool_input that is not JSON
 _TEXT_FIELDS = ("category", "tool_name", "api_name")
 VIRTUAL_PATH = "/virtual"
 SESSION_PREFIX = "/s/"  # /s/<name>/virtual names the session in StableToolBench's SERVICE_URL
@@ -43,7 +46,7 @@ MEMO_ENTRIES = 2048  # prepared calls of recent bodies, and replies of recent hi
 MEMO_MAX_BODY = 4 * 1024
 
 
-PROVENANCE_HEADERS = frozenset(h.lower() for h in (ORIGIN_HEADER, SIMULATOR_HEADER, FAULT_HEADER))
+PROVENANCE_HEADERS = frozenset(h.lower() for h in (ORIGIN_HEADER, SIMULATOR_HEADER, FAULT_HEADER, FAILURE_HEADER))
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,11 @@ class VirtualReply:
     source: str
     hit_key: str | None = field(default=None, compare=False)  # the store key of a cache hit's answer
     provenance: Headers = ()  # X-Stb-Origin and the like, as the engine's answer carried them
+    raw: Response | None = None  # a server's own answer that is no answer object, passed on as it came
 
     def body(self) -> bytes:
+        if self.raw is not None:
+            return self.raw.body
         return json.dumps(self.document, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
@@ -104,12 +110,12 @@ def parse(body: bytes) -> VirtualRequest | VirtualReply:
     tool_input = raw.get("tool_input", "")
     if isinstance(tool_input, str):
         try:
-            args = jsonsafe.loads(tool_input) if tool_input.strip() else {}
+            args = jsonsafe.loads(tool_input) if tool_input else {}
         except jsonsafe.JsonTooDeep as exc:
             return error_reply(f"field 'tool_input' is {exc}", 422)
-        except ValueError as exc:
-            # As the original server: a 200 with an error the agent can read and fix.
-            return error_reply(f"tool_input is not valid JSON: {exc}")
+        except ValueError:
+            # StableToolBench's server answers this, word for word: the agent sees it.
+            return error_reply(TOOL_INPUT_ERROR)
     elif isinstance(tool_input, dict) or tool_input is None:
         args = tool_input or {}
     else:
@@ -170,27 +176,32 @@ class VirtualApi:
 
     async def handle_proxied(self, request: Request, session: str | None = None) -> VirtualReply | None:
         """A request on its way to another server, answered as a /virtual call when it is
-        one (a POST to a path ending in /virtual, with a /virtual body); its misses go to
-        the server it was addressed to. None: plain HTTP, for the engine to handle."""
+        one (a POST to a path ending in /virtual, with a /virtual body). That server is a
+        StableToolBench server: what it answers is the benchmark's answer, so a miss is sent
+        to it as the client sent it, and its answer kept as it came (SERVER_REPLY). None:
+        plain HTTP, for the engine to handle."""
         if not may_be_virtual_call(request) or self.engine.is_passthrough(request.host):
             return None
-        prepared = self._prepare(request.body, request.headers, request.url)
+        prepared = self._prepare(request.body, request.headers, request)
         if isinstance(prepared, VirtualReply):
-            # 422: not a /virtual request at all; 200: one with a bad tool_input (or a chat
-            # with the user), answered as the proxy's own endpoint answers it.
+            # 422: not a /virtual request at all; 200: a tool_input that is not JSON, which
+            # StableToolBench's server answers without a call, as the proxy does.
             return prepared if prepared.status == 200 else None
         return await self._answer(prepared, session)
 
-    def _prepare(self, body: bytes, headers: Headers, server: str | None) -> Call | VirtualReply:
+    def _prepare(self, body: bytes, headers: Headers, server: str | Request | None) -> Call | VirtualReply:
         """The call a /virtual body asks for, or the reply that needs no call (a body that is
-        not a call, a chat with the user); memoized for small bodies."""
+        not a call, a chat with the user on the proxy's own address); memoized for small
+        bodies. ``server``: where a miss goes (a ToolBench-style server's URL, or the
+        request itself when it is addressed to a StableToolBench server)."""
         memo_key = (body, header_value(headers, TOOLBENCH_KEY), server) if len(body) <= MEMO_MAX_BODY else None
         prepared = self._prepared.get(memo_key) if memo_key is not None else None
         if prepared is None:
             parsed = parse(body)
             if isinstance(parsed, VirtualReply):
                 prepared = parsed
-            elif called_api_key(parsed.api_name, parsed.tool_name, parsed.category) == CHAT_WITH_USER:
+            elif not isinstance(server, Request) and called_api_key(
+                    parsed.api_name, parsed.tool_name, parsed.category) == CHAT_WITH_USER:
                 prepared = VirtualReply(200, {"error": "", "response": "Chat with user."}, "chat")
             else:
                 prepared = self.call_for(parsed, headers=headers, server=server)
@@ -200,6 +211,10 @@ class VirtualApi:
 
     async def _answer(self, call: Call, session: str | None) -> VirtualReply:
         answer = await self.engine.answer(call, session)
+        if answer.source is Source.ERROR and call.reply_format == SERVER_REPLY:
+            # No answer from the server it was addressed to: the client learns so as it would
+            # have without the proxy, from the proxy's 502, and no answer object is made up.
+            return VirtualReply(answer.response.status, {}, answer.source.value, raw=answer.response)
         if answer.source is not Source.CACHE:
             return reply_from_answer(answer)
         known = self._replies.get(answer.key)
@@ -210,24 +225,39 @@ class VirtualApi:
         self._replies.put(answer.key, (answer, reply))
         return reply
 
-    def call_for(self, request: VirtualRequest, *, headers: Headers = (), server: str | None = None) -> Call:
-        """The call's key and where a miss goes: ``server`` (a ToolBench-style server), else
-        the API's own URL."""
+    def call_for(self, request: VirtualRequest, *, headers: Headers = (), server: str | Request | None = None) -> Call:
+        """The call's key and where a miss goes: ``server`` (a ToolBench-style server's URL,
+        or the client's request to a StableToolBench server), else the API's own URL."""
+        rules = self.engine.config.rules
         doc = self.catalog.lookup(request.category, request.tool_name, request.api_name) if self.catalog else None
-        if doc is not None:
-            ref, key_args = doc.ref, doc.key_args(request.args)
-        else:  # unknown API: still keyed by its standardized names, so it caches
-            ref = ApiRef(category_key(request.category), tool_key(request.tool_name, request.category),
-                         called_api_key(request.api_name, request.tool_name, request.category))
+        facts: dict[str, Any] = {}
+        if rules.stb_keys == EXACT:  # the cache file and entry StableToolBench's server reads
+            ref = ApiRef(*server_names(request.category, request.tool_name, request.api_name))
             key_args = request.args
-        key = keys.api_key(ref, key_args, self.engine.config.rules)
+            key = keys.exact_api_key(ref, keys.exact_arguments_text(key_args, rules))
+            if doc is not None and doc.ref != ref:
+                facts[DOC_REF] = doc.ref
+        else:
+            if doc is not None:
+                ref, key_args = doc.ref, doc.key_args(request.args)
+            else:  # unknown API: still keyed by its standardized names, so it caches
+                ref = ApiRef(category_key(request.category), tool_key(request.tool_name, request.category),
+                             called_api_key(request.api_name, request.tool_name, request.category))
+                key_args = request.args
+            key = keys.api_key(ref, key_args, rules)
         stored = stored_request(ref, doc, request.args)
+        if isinstance(server, Request):
+            return Call(key, stored, server, ref, key_args, stored.host, SERVER_REPLY, kind=STABLETOOLBENCH,
+                        may_simulate=False, facts=facts)
         if server:
             secret = request.toolbench_key or header_value(headers, TOOLBENCH_KEY) or ""
-            upstream = toolbench_request(server, ref, request.args, secret)
-            return Call(key, stored, upstream, ref, key_args, stored.host, "virtual", kind=STABLETOOLBENCH)
+            upstream = toolbench_request(server, request.category, request.tool_name, request.api_name,
+                                         request.args, secret)
+            return Call(key, stored, upstream, ref, key_args, stored.host, "virtual", kind=STABLETOOLBENCH,
+                        facts=facts)
         real, why_not = self._direct_call(doc, request.args)
-        return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not, kind=STABLETOOLBENCH)
+        return Call(key, stored, real, ref, key_args, stored.host, no_upstream=why_not, kind=STABLETOOLBENCH,
+                    facts=facts)
 
     def _direct_call(self, doc: ApiDoc | None, args: Mapping[str, Any]) -> tuple[Request | None, str]:
         """The API's own URL from the catalog, and why not when there is none to call."""
@@ -278,6 +308,11 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
     response = answer.response
     source = answer.source.value
     marks = tuple((k, v) for k, v in response.headers if k.lower() in PROVENANCE_HEADERS)
+    meta = answer.meta or {}
+    if VIRTUAL_STATUS in meta:  # the endpoint's own HTTP answer, not an answer object
+        return VirtualReply(int(meta[VIRTUAL_STATUS]), {}, source, provenance=marks, raw=response)
+    if isinstance(meta.get(WHOLE_ANSWER), dict):  # an answer object kept member for member
+        return VirtualReply(200, dict(meta[WHOLE_ANSWER]), source, provenance=marks)
     value = body_value(response.body, response.header("content-type"))
     if answer.source is Source.MISS and isinstance(value, Mapping):  # replay: say why, and what was near
         return VirtualReply(200, {"error": value.get("error", "no stored answer"), "response": "",
@@ -288,7 +323,7 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
         if isinstance(value, Mapping) and "error" in value and "response" in value:
             return VirtualReply(200, dict(value), source, provenance=marks)
         return VirtualReply(200, {"error": f"HTTP {response.status}", "response": value}, source, provenance=marks)
-    error = answer.meta.get("error", "") if answer.meta else ""
+    error = meta.get("error", "")
     if error and isinstance(value, Mapping) and value.keys() == {"error", "response"} and value["error"] == error:
         return VirtualReply(200, dict(value), source, provenance=marks)  # an answer that is only an error
     if response.status >= 400 and not error:
@@ -299,5 +334,6 @@ def reply_from_answer(answer: Answer) -> VirtualReply:
 def virtual_headers(reply: VirtualReply) -> dict[str, str]:
     """The reply's headers: its source, and its origin (the source itself for a reply the
     proxy made without the engine: a bad request, a chat with the user)."""
-    return {"Content-Type": "application/json", SOURCE_HEADER: reply.source,
+    content_type = (reply.raw.header("content-type") if reply.raw is not None else None) or "application/json"
+    return {"Content-Type": content_type, SOURCE_HEADER: reply.source,
             ORIGIN_HEADER: reply.source, **dict(reply.provenance)}

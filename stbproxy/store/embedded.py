@@ -95,6 +95,8 @@ class StoreStats:
     by_host: Counter = field(default_factory=Counter)
     logged: Counter = field(default_factory=Counter)  # log/<kind>/...: kept, never served
     meta: dict[str, Counter] = field(default_factory=dict)  # value counts of chosen meta keys
+    failed_by_source: Counter = field(default_factory=Counter)  # entries that are failed answers, by origin
+    imported_failures: Counter = field(default_factory=Counter)  # imported failed answers, by failure kind
     sums: Counter = field(default_factory=Counter)  # totals of chosen numeric meta keys
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,6 +107,8 @@ class StoreStats:
             "by_source": dict(self.by_source.most_common()),
             "by_host": dict(self.by_host.most_common()),
             "logged": dict(self.logged.most_common()),
+            "failed_by_source": dict(self.failed_by_source.most_common()),
+            "imported_failures": dict(self.imported_failures.most_common()),
             **{name: dict(counter.most_common()) for name, counter in self.meta.items()},
             **dict(self.sums),
         }
@@ -357,7 +361,8 @@ class Store(OneTier):
     def stats(self, *, meta_fields: tuple[str, ...] = (), sum_fields: tuple[str, ...] = ()) -> StoreStats:
         """Counts by source and host, logged records by kind, and chosen meta facts
         (``meta_fields``: counts of their values; ``sum_fields``: their totals), over both
-        cache entries and logged records."""
+        cache entries and logged records; imported entries' facts apart (failed answers by
+        kind), since they are not this proxy's calls."""
         result = StoreStats(size_bytes=directory_size(self.path))
         result.meta = {name: Counter() for name in meta_fields}
         result.sums = Counter({name: 0 for name in sum_fields})
@@ -375,6 +380,14 @@ class Store(OneTier):
                     result.by_source[head.get("source", "?")] += 1
                     result.by_host[_host_of(head["request"]["url"])] += 1
                 meta = head.get("meta") or {}
+                if prefix != LOG_PREFIX and meta.get("failure", "success") != "success":
+                    result.failed_by_source[head.get("source", "?")] += 1
+                if head.get("source") == "imported":
+                    # Another system's answers (StableToolBench's cache): not this proxy's
+                    # calls, so counted apart from its facts.
+                    if "failure" in meta:
+                        result.imported_failures[str(meta["failure"])] += 1
+                    continue
                 for name in meta_fields:
                     if name in meta:
                         result.meta[name][str(meta[name])] += 1

@@ -13,7 +13,9 @@ from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.stb.validity import Verdict
 
-ReplyFormat = Literal["http", "virtual"]
+# "http": the API's own answer; "virtual": a ToolBench-style API server's {error, response};
+# "stb-server": a StableToolBench virtual server's answer, which is the benchmark's answer.
+ReplyFormat = Literal["http", "virtual", "stb-server"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Call:
     keep: bool = True  # False: passed on every time and never stored (without a real API, local_answer)
     streams: bool = False  # its answer is carried as it arrives (an event stream a server keeps open)
     faultable: bool = True  # whether --faults may fail it
+    may_simulate: bool = True  # False: when its real API gives no answer, the client is told; nothing is made up
     private: bool = False  # its answers are its caller's alone: never written to the shared tier
     facts: Mapping[str, Any] = field(default_factory=dict)  # what its kind read of the request and needs again
 
