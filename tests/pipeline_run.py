@@ -194,14 +194,18 @@ class _ToolHandler(BaseHTTPRequestHandler):
 
 
 def run_query(item: Item, *, llm_base_url: str, proxy_url: str | None = None, tools: str = "virtual",
-              service_url: str | None = None, tool_base: str | None = None, stream: bool = False) -> list[dict[str, Any]]:
-    """The agent for one query (see the module docstring); returns its conversation."""
+              service_url: str | None = None, tool_base: str | None = None, stream: bool = False,
+              tool_proxy: str | None = None) -> list[dict[str, Any]]:
+    """The agent for one query (see the module docstring); returns its conversation.
+    ``proxy_url``: the proxy its LLM calls (and RapidAPI-style tool calls) go through;
+    ``tool_proxy``: the proxy its /virtual calls go through (the transparent way)."""
     http = httpx.Client(proxy=proxy_url, timeout=30) if proxy_url else httpx.Client(timeout=30)
     client = openai.OpenAI(base_url=llm_base_url, api_key=OPENAI_KEY, max_retries=0, http_client=http)
     web = requests.Session()
     web.trust_env = False
-    if tools == "rapidapi" and proxy_url:
-        web.proxies = {"http": proxy_url, "https": proxy_url}
+    through = proxy_url if tools == "rapidapi" else tool_proxy
+    if through:
+        web.proxies = {"http": through, "https": through}
     messages: list[dict[str, Any]] = [dict(item.conversation[0]), dict(item.conversation[1])]
     try:
         for _step in range(12):  # the pipeline's single_chain_max_step

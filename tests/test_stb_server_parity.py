@@ -189,8 +189,13 @@ def test_the_pipeline_has_the_same_conversations_through_the_transparent_proxy(t
                         "tool_input": call["function"]["arguments"]}
                 answers[request_text(body)] = (200, "application/json", observation)
     with RecordedServer(answers) as server, FakeOpenAI(PipelineLlm(script)) as agent, \
-            ProxyProcess(tmp_path / "store", "--passthrough", "127.0.0.1") as proxy:
+            ProxyProcess(tmp_path / "store") as proxy:
         histories = run_queries(script, sorted(script.items), llm_base_url=agent.base_url, tools="virtual",
-                                service_url=server.url, proxy_url=proxy.url)
+                                service_url=server.url, tool_proxy=proxy.url)
+        listed = subprocess.run([sys.executable, "-m", "stbproxy", "sessions", "--json", "--store",
+                                 str(tmp_path / "store")], capture_output=True, text=True, timeout=60)
     assert json.dumps(histories, sort_keys=True) == json.dumps(recorded["histories"], sort_keys=True)
     assert len(server.calls) == len(answers)
+    # every tool call went through the proxy as a /virtual call, and was kept as its server answered it
+    (session,) = json.loads(listed.stdout)
+    assert session["calls"] == len(answers) and session["by_source"] == {"upstream": len(answers)}
