@@ -24,10 +24,8 @@ FILE (the fixture ``tests/stbeval/data/pipeline_session.yaml`` was made so).
 from __future__ import annotations
 
 import json
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -39,6 +37,7 @@ import requests
 from stbproxy.stb.catalog import api_key_name, function_name, standardize
 from stbproxy.serve_process import ServeProcess
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, ToolCall
+from tests.loopback import LoopbackServer, QuietHandler
 
 GROUP = "G1_instruction"
 SESSION = "pipeline-run"
@@ -132,65 +131,42 @@ class PipelineLlm:
         return [ToolCall(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in calls]
 
 
-class ToolServer:
-    """The tools of the run on loopback, answering from the files (see the module docstring)."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.calls: list[tuple[str, str]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ToolHandler)
-        self._server.daemon_threads = True
-        self._server.owner = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> ToolServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-class _ToolHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _answer(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class _ToolHandler(QuietHandler):
     def do_POST(self) -> None:  # ToolBench-style: {category, tool_name, api_name, tool_input}
-        call = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        call = self.read_json()
         function = function_name(call["api_name"], call["tool_name"])
-        self.server.owner.calls.append(("virtual", function))  # type: ignore[attr-defined]
+        self.owner.calls.append(("virtual", function))
         tool_input = call["tool_input"]  # an object as StableToolBench's server re-packs it, or a JSON string
         args = json.loads(tool_input or "{}") if isinstance(tool_input, str) else tool_input
-        found = self.server.owner.script.observation(function, args)  # type: ignore[attr-defined]
+        found = self.owner.script.observation(function, args)
         document = found or {"error": f"no such call of {function}", "response": ""}
-        self._answer(200, json.dumps(document).encode(), "application/json")
+        self.answer(200, json.dumps(document).encode(), "application/json")
 
     def do_GET(self) -> None:  # RapidAPI-style: /<tool>/<api>?<args>
         parts = urlsplit(self.path)
         tool, api = parts.path.strip("/").split("/", 1)
         function = f"{api}_for_{tool}"
-        self.server.owner.calls.append(("rapidapi", function))  # type: ignore[attr-defined]
-        found = self.server.owner.script.observation(function, dict(parse_qsl(parts.query)))  # type: ignore[attr-defined]
+        self.owner.calls.append(("rapidapi", function))
+        found = self.owner.script.observation(function, dict(parse_qsl(parts.query)))
         if found is None:
-            self._answer(404, b'{"message": "no such call"}', "application/json")
+            self.answer(404, b'{"message": "no such call"}', "application/json")
         else:
-            self._answer(200, str(found["response"]).encode(), "text/plain; charset=utf-8")
+            self.answer(200, str(found["response"]).encode(), "text/plain; charset=utf-8")
+
+
+class ToolServer(LoopbackServer):
+    """The tools of the run on loopback, answering from the files (see the module docstring)."""
+
+    handler = _ToolHandler
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.calls: list[tuple[str, str]] = []
+        super().__init__()
+
+    @property
+    def url(self) -> str:
+        return self.base_url
 
 
 def run_query(item: Item, *, llm_base_url: str, proxy_url: str | None = None, tools: str = "virtual",

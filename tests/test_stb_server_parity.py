@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from stbcore.toolbench_names import api_key_name, standardize
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.loopback import LoopbackServer, QuietHandler
 from tests.pipeline_run import PipelineLlm, Script, run_queries
 from tests.servers import ProxyProcess
 from tests.stb_server import scenario
@@ -77,54 +77,32 @@ def test_the_drop_in_answers_every_call_as_stabletoolbench_does(tmp_path):
         200, {"error": "", "response": "Chat with user."})
 
 
-class RecordedServer:
-    """StableToolBench's server as recorded: each /virtual call answered with the bytes it
-    answered to that call, and every call kept."""
-
-    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
-        self.answers = answers  # the request body's canonical text -> (status, content type, body)
-        self.calls: list[str] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _RecordedHandler)
-        self._server.daemon_threads = True
-        self._server.owner = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/virtual"
-
-    def __enter__(self) -> RecordedServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
 def request_text(body: dict) -> str:
     return json.dumps({k: body[k] for k in ("category", "tool_name", "api_name", "tool_input")}, sort_keys=True)
 
 
-class _RecordedHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
+class _RecordedHandler(QuietHandler):
     def do_POST(self) -> None:
-        text = request_text(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
-        owner = self.server.owner  # type: ignore[attr-defined]
-        owner.calls.append(text)
-        status, content_type, body = owner.answers.get(text, (404, "text/plain", "not in the recording"))
-        raw = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        text = request_text(self.read_json())
+        self.owner.calls.append(text)
+        status, content_type, body = self.owner.answers.get(text, (404, "text/plain", "not in the recording"))
+        self.answer(status, body.encode(), content_type)
+
+
+class RecordedServer(LoopbackServer):
+    """StableToolBench's server as recorded: each /virtual call answered with the bytes it
+    answered to that call, and every call kept."""
+
+    handler = _RecordedHandler
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers  # the request body's canonical text -> (status, content type, body)
+        self.calls: list[str] = []
+        super().__init__()
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/virtual"
 
 
 def test_transparent_mode_passes_on_every_answer_of_stabletoolbench_s_server(tmp_path):
@@ -184,7 +162,6 @@ def test_the_pipeline_has_the_same_conversations_through_the_transparent_proxy(t
                     continue
                 category, tool, api = item.apis[call["function"]["name"]]
                 observation = next(m["content"] for m in history if m.get("tool_call_id") == call["id"])
-                from stbcore.toolbench_names import api_key_name, standardize
                 body = {"category": category, "tool_name": standardize(tool), "api_name": api_key_name(api),
                         "tool_input": call["function"]["arguments"]}
                 answers[request_text(body)] = (200, "application/json", observation)

@@ -26,15 +26,14 @@ that server (an unmodified checkout, ``uvicorn main:app``) on this very scenario
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from stbcore.toolbench_names import api_key_name, server_names, standardize
+from tests.loopback import LoopbackServer, QuietHandler
 
 RECORDED = Path(__file__).with_name("recorded.json")
 TOOLBENCH_KEY = "tbk-side-by-side-0427"
@@ -184,50 +183,28 @@ def pipeline_real_answer(script, call: dict[str, Any]) -> tuple[int, dict[str, A
 # -- the servers around the server under test ------------------------------------------------
 
 
-class RealApi:
+class _RealApiHandler(QuietHandler):
+    def do_POST(self) -> None:
+        call = self.read_json()
+        self.owner.calls.append(call)
+        status, answer = self.owner.answer(call)
+        self.answer(status, json.dumps(answer).encode())
+
+
+class RealApi(LoopbackServer):
     """The real APIs behind a virtual server: a ToolBench-style /virtual endpoint on loopback
     that answers from ``answer(call) -> (status, object)`` and keeps every call it got."""
+
+    handler = _RealApiHandler
 
     def __init__(self, answer) -> None:
         self.answer = answer
         self.calls: list[dict[str, Any]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _RealApiHandler)
-        self._server.daemon_threads = True
-        self._server.owner = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/virtual"
-
-    def __enter__(self) -> RealApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-class _RealApiHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        call = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        owner = self.server.owner  # type: ignore[attr-defined]
-        owner.calls.append(call)
-        status, answer = owner.answer(call)
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        return f"{self.base_url}/virtual"
 
 
 def simulator_model(_request: dict[str, Any]) -> str:
