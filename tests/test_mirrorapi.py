@@ -661,3 +661,18 @@ def test_serve_with_mirrorapi_answers_as_stabletoolbench_by_default(tmp_path):
     assert asked[0] == {"messages": [{"role": "system", "content": PLAIN}, {"role": "user", "content": HEALTH_MESSAGE}],
                         "model": "simulation-250123-qwen25-mixed", "max_tokens": 2048, "seed": 42,
                         "temperature": 0.1}
+
+
+def test_a_virtual_call_reaches_the_model_under_the_tool_name_its_client_wrote(tmp_path):
+    """The call is stored under its keys, but StableToolBench's MirrorAPI server writes the
+    tool's name as the /virtual client sent it: the names travel with the call."""
+    store = tools_store(tmp_path)
+    root = checkout(tmp_path / "StableToolBench")
+    written = stb_call("Logistics", "Suivi-Colis", "health", {"verbose": True}, TOOLBENCH_KEY)
+    with FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as llm:
+        env = {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-mirror-test"}
+        with ProxyProcess(store, "--simulator", "mirrorapi", "--stb-dir", str(root), env=env) as proxy:
+            (seen,) = stb_client({"SERVICE_URL": f"{proxy.url}/virtual"}, [written])
+        (asked,) = llm.chat_requests()
+    assert json.loads(seen["observation"]) == {"error": "", "response": "up"} and seen["source"] == "simulated"
+    assert asked["messages"][1]["content"] == HEALTH_MESSAGE.replace("'suivi_colis'", "'Suivi-Colis'")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from stbcore.tool_calls import WireCall, read_tool_call
 from stbproxy import keys
@@ -39,6 +39,7 @@ class CallFacts:
     args: dict[str, Any]
     prefixes: tuple[str, ...]  # store prefixes holding answers of the same API or endpoint
     api: ApiRef | None = None  # the API as the call named it (a /virtual call's names, read as its server reads them)
+    names: Mapping[str, str] | None = None  # a /virtual call's category, tool_name, api_name as its client wrote them
 
     @property
     def name(self) -> str:
@@ -60,7 +61,7 @@ def call_facts(job: SimulationRequest, catalog: Catalog | None, rules: KeyRules)
         prefixes.insert(0, keys.api_prefix(doc.ref))
     given = dict(job.args) if job.args is not None else call_args(request, catalog)
     args = without_secrets(given, rules)
-    return CallFacts(request, doc, args, tuple(prefixes), job.api)
+    return CallFacts(request, doc, args, tuple(prefixes), job.api, job.names)
 
 
 def _route(catalog: Catalog, request: Request) -> ApiDoc | None:

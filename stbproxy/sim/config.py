@@ -67,10 +67,13 @@ class SimulatorConfig:
         return self.model or (MIRRORAPI_MODEL if self.kind == "mirrorapi" else DEFAULT_MODEL)
 
     @property
-    def sampling_temperature(self) -> float:
-        if self.temperature is not None:
-            return self.temperature
-        return MIRRORAPI_TEMPERATURE if self.kind == "mirrorapi" else 0.0
+    def sampling_temperature(self) -> float | int:
+        """The temperature sent; a whole number as one (``0``, as StableToolBench's YAML
+        configuration gives it, where ``0.0`` would be other bytes of the same request)."""
+        temperature = self.temperature
+        if temperature is None:
+            temperature = MIRRORAPI_TEMPERATURE if self.kind == "mirrorapi" else 0
+        return int(temperature) if float(temperature).is_integer() else temperature
 
     @property
     def mirrorapi_defaults(self) -> bool:

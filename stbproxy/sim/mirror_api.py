@@ -25,7 +25,7 @@ import ast
 import json
 import re
 import warnings
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from stbcore.toolbench_names import category_key, server_names, standardize
@@ -71,10 +71,15 @@ def _tool_and_category(facts: CallFacts) -> tuple[str, str]:
     """The tool as the server names it (what the /virtual client sent, cut at its first "_for_")
     and the category's key. Without that body, the doc's standardized names: what
     StableToolBench's pipeline sends."""
-    sent = virtual_body(facts.request)
+    sent = sent_names(facts)
     if sent is not None:
         return sent["tool_name"].split("_for_")[0], category_key(sent["category"])
     return facts.doc.ref.tool.split("_for_")[0], facts.doc.ref.category
+
+
+def sent_names(facts: CallFacts) -> Mapping[str, str] | None:
+    """The names a /virtual client wrote: handed over with the call, or read from its request."""
+    return facts.names if facts.names is not None else virtual_body(facts.request)
 
 
 def virtual_body(request: Request) -> dict[str, Any] | None:
@@ -112,7 +117,7 @@ def stb_finds(facts: CallFacts) -> bool:
 def _looked_up(facts: CallFacts) -> tuple[str, str] | None:
     """(tool file, API) as StableToolBench's MirrorAPI server looks the call up: from the names
     a /virtual client wrote, else from the call's ToolBench key (``<tool>_for_<category>``)."""
-    sent = virtual_body(facts.request)
+    sent = sent_names(facts)
     if sent is not None:
         tool, api = sent["tool_name"], server_names(sent["category"], sent["tool_name"], sent["api_name"])[2]
     elif facts.api is not None and facts.api.tool.endswith("_for_" + facts.api.category):

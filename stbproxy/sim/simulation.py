@@ -21,6 +21,9 @@ class SimulationRequest:
     reason: str  # why the real API could not answer
     doc: object = NOT_DESCRIBED  # the API as the call's kind of traffic describes it (an ApiDoc, or None)
     args: Mapping[str, Any] | None = None  # the call's arguments as its kind read them; None: from the request
+    # A /virtual call's category, tool_name and api_name as its client wrote them (the request
+    # is the stored form of the call, which names the API by its keys).
+    names: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

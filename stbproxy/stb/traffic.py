@@ -22,9 +22,11 @@ from stbproxy.stb.bodies import VIRTUAL_STATUS, answer_parts
 from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.catalog import Catalog
 from stbproxy.traffic.plain_http import judge_http
+from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 NAME = "stb"
+SENT_NAMES = "sent"  # Call.facts: a /virtual call's category, tool_name and api_name as its client wrote them
 SERVER_REPLY = "stb-server"  # Call.reply_format of a call answered by a StableToolBench server
 DOC_REF = "doc"  # Call.facts: the catalog's ref of the API, when the call's key names it otherwise
 
@@ -81,6 +83,13 @@ class StableToolBench(BaseKind):
             return Judged(response, verdict, {"failure": verdict.failure.value})
         kept, meta = answer_parts(obj)
         return Judged(kept, verdict, {**meta, "failure": verdict.failure.value})
+
+    async def simulate(self, call: Call, simulator: Simulator, reason: str) -> Simulation:
+        """BaseKind's, with the names a /virtual client wrote (a simulator that plays
+        StableToolBench's server describes the API by them)."""
+        return await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
+                                                          doc=self.describe(call), args=call.args or None,
+                                                          names=call.facts.get(SENT_NAMES)))
 
     def describe(self, call: Call) -> ApiDoc | None:
         """The catalog's doc of the call's API (found by name, else by routing its request)."""

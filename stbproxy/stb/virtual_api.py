@@ -32,7 +32,7 @@ from stbproxy.provenance import FAILURE_HEADER, FAULT_HEADER, ORIGIN_HEADER, SIM
 from stbproxy.recent import Recent
 from stbproxy.stb.bodies import VIRTUAL_STATUS, WHOLE_ANSWER, body_value
 from stbproxy.stb.api_requests import api_request, is_rapidapi_url, stored_request, toolbench_request
-from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SERVER_REPLY
+from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SENT_NAMES, SERVER_REPLY
 from stbproxy.traffic.seam import Call
 from stbproxy.forensics.naming import session_spec
 
@@ -230,7 +230,8 @@ class VirtualApi:
         or the client's request to a StableToolBench server), else the API's own URL."""
         rules = self.engine.config.rules
         doc = self.catalog.lookup(request.category, request.tool_name, request.api_name) if self.catalog else None
-        facts: dict[str, Any] = {}
+        facts: dict[str, Any] = {SENT_NAMES: {"category": request.category, "tool_name": request.tool_name,
+                                              "api_name": request.api_name}}
         if rules.stb_keys == EXACT:  # the cache file and entry StableToolBench's server reads
             ref = ApiRef(*server_names(request.category, request.tool_name, request.api_name))
             key_args = request.args
