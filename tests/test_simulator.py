@@ -227,6 +227,35 @@ def test_bad_replies_are_retried_then_fail(fake_openai, catalog, store, caplog, 
     assert sum(reason in r.getMessage() for r in caplog.records) >= MAX_ATTEMPTS
 
 
+def virtual_job(city: str = "Oslo") -> SimulationRequest:
+    """weather_job as a /virtual call: the names its client wrote travel with it."""
+    from dataclasses import replace
+
+    return replace(weather_job(city), names={"category": "Weather", "tool_name": "Sky Cast", "api_name": "current"})
+
+
+def test_a_virtual_call_without_a_usable_reply_gets_stabletoolbench_s_failure(fake_openai, catalog, store):
+    """StableToolBench's server asks three times, then answers this object (its client sees
+    nothing else); stbproxy's own words stay in its log."""
+    fake_openai.handler = lambda _r: "I am sorry, I cannot help with that."
+    [result] = run(simulate(llm(fake_openai, catalog, store), virtual_job()))
+    assert not result.ok and fake_openai.calls == MAX_ATTEMPTS
+    assert json.loads(result.response.body) == {"error": "Failed to generate fake response", "response": ""}
+
+
+def test_a_virtual_call_whose_model_cannot_be_reached_gets_stabletoolbench_s_500(catalog, store):
+    from stbproxy.stb.bodies import VIRTUAL_STATUS
+
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sim = LlmSimulator(SimulatorConfig(kind="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
+                                       max_retries=0), catalog, store)
+    [result] = run(simulate(sim, virtual_job()))
+    assert not result.ok and result.meta[VIRTUAL_STATUS] == 500 and "cannot connect" in result.meta["cause"]
+    assert (result.response.status, result.response.body) == (500, b"Internal Server Error")
+
+
 def test_a_bad_reply_then_a_good_one_succeeds(fake_openai, catalog, store):
     replies = iter(["not json", "```json\n" + GOOD + "\n```"])  # code fences are stripped
     fake_openai.handler = lambda _r: next(replies)

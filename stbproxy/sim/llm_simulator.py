@@ -108,10 +108,10 @@ class LlmSimulator:
                 pairs = example_pairs(self._examples.get(facts, job.key), self.catalog, self.rules)
             messages = self.dialect.messages(facts, fit_examples(pairs, self.config.example_budget))
             async with self._slots:
-                return await self._ask(messages, name, meta)
+                return await self._ask(messages, name, meta, virtual=self._as_virtual_server(job))
         except openai.OpenAIError as exc:
             reason = llm_error_reason(exc, self.config.timeout)
-            if self.dialect.stb_server:
+            if self.dialect.stb_server or self._as_virtual_server(job):
                 return _server_failure(name, reason, meta)
         except Exception as exc:  # a bug must not take the proxy's answer away
             log.exception("simulator: unexpected failure for %s", name)
@@ -119,8 +119,16 @@ class LlmSimulator:
         log.warning("simulation of %s failed: %s", name, reason)
         return Simulation(error_object_response(f"Failed to simulate {name}: {reason}"), ok=False, meta=meta)
 
-    async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any]) -> Simulation:
-        """Up to the dialect's attempts until a reply reads; openai errors propagate."""
+    def _as_virtual_server(self, job: SimulationRequest) -> bool:
+        """Whether this simulation fails as StableToolBench's virtual server (main.py) fails
+        its own: a /virtual call simulated by a model with stbproxy's prompt or a template
+        (mirrorapi's dialect says for itself). Its client then sees the same failure."""
+        return job.names is not None and self.dialect.name != "mirrorapi"
+
+    async def _ask(self, messages: list[dict[str, str]], name: str, meta: dict[str, Any], *,
+                   virtual: bool = False) -> Simulation:
+        """Up to the dialect's attempts until a reply reads; openai errors propagate.
+        ``virtual``: no usable reply is answered as StableToolBench's server answers it."""
         reason = ""
         attempts = self.dialect.attempts or MAX_ATTEMPTS
         for attempt in range(1, attempts + 1):
@@ -142,7 +150,7 @@ class LlmSimulator:
             if error:
                 meta["error"] = error
             return Simulation(answer_response(error, response), ok=True, meta=meta)
-        if self.dialect.stb_server:
+        if self.dialect.stb_server or virtual:
             log.warning("simulation of %s: %s; answered %r, as StableToolBench's server does", name, reason,
                         mirror_api.NO_ANSWER)
             return Simulation(error_object_response(mirror_api.NO_ANSWER), ok=False, meta=meta)
