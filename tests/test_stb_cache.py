@@ -66,7 +66,7 @@ def test_reader_keys_entries_by_their_text_keeps_failures_and_reports_every_prob
     reasons = "\n".join(map(str, summary.problems))
     assert "broken.json: not a readable JSON file" in reasons
     assert "a_list.json: expected a JSON object" in reasons
-    assert "not an {error, response} object" in reasons and "not a Python dict literal" in reasons
+    assert "not an answer object" in reasons and "not a Python dict literal" in reasons
 
 
 def test_canonical_keys_meet_the_same_call_in_any_order_and_type(tmp_path):
@@ -91,6 +91,7 @@ def test_skip_failures_leaves_cached_failures_out(tmp_path):
     {"error": "", "response": "x", "took": 0.5},  # a member more
     {"error": None, "response": "x"},  # an error that is not text
     {"response": "no error member"},
+    {"error": ""},  # nor a response: served as cached all the same (its client reads the error)
 ])
 def test_an_answer_that_is_more_than_error_and_response_is_kept_whole(tmp_path, cached):
     from stbproxy.stb.bodies import WHOLE_ANSWER

@@ -2,16 +2,20 @@
 through the proxy to another server.
 
 Request: ``{category, tool_name, api_name, tool_input, strip, toolbench_key}``.
-Answer: HTTP 200 with ``{"error": ..., "response": ...}``, whatever happened, except a
-body that is not a /virtual request at all (not a JSON object, a required field missing
-or of the wrong type): on the proxy's own address that gets a 422 JSON error naming the
-field; on its way elsewhere it is plain HTTP. The call follows the same calling rules
-and the same key as proxied HTTP traffic (traffic.seam.Call), wherever it was addressed.
+Answer: as StableToolBench's server answers it, by default: HTTP 200 with the answer
+object, member for member as it is stored; where that server fails with an HTTP status
+(a StableToolBench server behind the proxy that failed, a MirrorAPI model that cannot be
+asked), that status. A body that is not a /virtual request at all (not a JSON object, a
+required field missing or of the wrong type) gets a 422 JSON error naming the field on
+the proxy's own address, and is plain HTTP on its way elsewhere. A call is keyed as that
+server looks it up (keys.stb_api_key), wherever it was addressed (traffic.seam.Call).
 
-Real calls for a miss: a call addressed to another server goes to that server (a
-ToolBench-style upstream); one on the proxy's own address goes to ``--toolbench-url``
-when set, else to the API's URL from the catalog (a RapidAPI URL only with a key), else
-nowhere: the simulator answers.
+Real calls for a miss: a call addressed to another server goes to that server as the
+client sent it, which is a StableToolBench server whose answer is the benchmark's answer
+(kept as it came, never simulated over); one on the proxy's own address goes to
+``--toolbench-url`` when set (re-packed as StableToolBench's server sends it), else to the
+API's URL from the catalog (a RapidAPI URL only with a key), else nowhere: the simulator
+answers.
 """
 
 from __future__ import annotations
