@@ -363,3 +363,27 @@ def test_a_stabletoolbench_answer_crosses_a_cassette_as_it_is_served(answer):
     served = reply_from_answer(Answer(again.response, Source.CACHE, again.key, again.meta))
     assert json.dumps(served.document) == json.dumps(answer)
     assert not any(k.lower() in ("x-stb-error", "x-stb-answer") for k, _ in again.response.headers)
+
+
+@pytest.mark.parametrize("tool_input", ['{"city": "Paris", "days": 3}', '{"days": "3", "city": "Paris"}',
+                                        '{"city": "Paris", "days": "3"}'])
+def test_a_virtual_call_of_an_api_with_a_url_is_keyed_back_from_its_cassette(tool_input):
+    """Under exact keys the request kept with a /virtual call must give its key back when a
+    cassette is read: a query would turn 3 into "3" or reorder the arguments, so such a call
+    keeps a stand-in with its arguments as they were; one whose query reads back keeps the
+    real call."""
+    from stbproxy.engine import Engine, EngineConfig
+    from stbproxy.stb.api_doc import ApiDoc, Param
+    from stbproxy.stb.virtual_api import VirtualApi, parse
+
+    doc = ApiDoc(category="Weather", tool="Open Weather", api="Forecast by city", method="GET",
+                 url="https://open-weather.p.rapidapi.com/forecast/{city}",
+                 required_parameters=(Param("city"),), optional_parameters=(Param("days", "NUMBER"),))
+    catalog = Catalog([doc])
+    call = VirtualApi(Engine(None, None, EngineConfig()), catalog).call_for(parse(json.dumps({
+        "category": "Weather", "tool_name": "Open Weather", "api_name": "Forecast by city",
+        "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode()))
+    again = cassette_reading.imported_exchange(call.request, Response(200), catalog=catalog, rules=DEFAULT_RULES,
+                                               now=0.0)
+    assert again.key == call.key
+    assert (call.request.host == "open-weather.p.rapidapi.com") is (tool_input == '{"city": "Paris", "days": "3"}')

@@ -84,8 +84,11 @@ def stored_request(ref: ApiRef, doc: ApiDoc | None, args: Mapping[str, Any]) -> 
     """The request kept with an API entry: the real call when the URL is known, else a
     stand-in naming the API, so that every entry can be shown, diffed and exported."""
     real = api_request(doc, args) if doc is not None else None
-    if real is not None:
-        return real
+    return real if real is not None else stand_in_request(ref, args)
+
+
+def stand_in_request(ref: ApiRef, args: Mapping[str, Any]) -> Request:
+    """``POST http://virtual.invalid/<category>/<tool>/<api>`` with the arguments as JSON."""
     return Request("POST", f"http://{VIRTUAL_HOST}/{ref.category}/{ref.tool}/{ref.api}",
                    (("Content-Type", "application/json"),), stand_in_body(args))
 

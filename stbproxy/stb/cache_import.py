@@ -38,7 +38,8 @@ from stbproxy.stb.bodies import answer_parts, api_body_parts, is_plain_answer
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
-from stbproxy.stb.api_requests import stand_in_body, stored_request
+from stbproxy.stb.api_requests import VIRTUAL_HOST, stand_in_body, stand_in_request, stored_request
+from stbproxy.stb.traffic import keyed_back
 from stbproxy.store.record_format import RecordTemplate, encode_exchange
 
 
@@ -103,7 +104,7 @@ def read_cache_file(path: Path, root: Path, *, catalog: Catalog | None = None, r
     ref = api_of(path)
     doc = catalog.get(ref) if catalog is not None else None
     for entry in accepted_entries(path, root, skip_failures=skip_failures, summary=summary):
-        yield entry_exchange(ref, doc, entry, rules=rules, now=now)
+        yield entry_exchange(ref, doc, entry, rules=rules, now=now, catalog=catalog)
 
 
 def api_of(path: Path) -> ApiRef:
@@ -157,15 +158,19 @@ def _hidden_names(args: dict, rules: KeyRules) -> bool:
 
 
 def entry_exchange(ref: ApiRef, doc: ApiDoc | None, entry: CachedEntry, *, rules: KeyRules = DEFAULT_RULES,
-                   now: float) -> Exchange:
-    """One accepted cache entry as the Exchange it is stored as."""
+                   now: float, catalog: Catalog | None = None) -> Exchange:
+    """One accepted cache entry as the Exchange it is stored as; ``catalog``, which holds
+    ``doc``, reads its real request back."""
     response, meta = answer_parts(entry.value)
     meta["origin"] = "stb-cache"
     if entry.failure is not None:
         meta["failure"] = entry.failure.value
+    key = entry_key(ref, doc, entry, rules)
     request = stored_request(ref, doc, entry.args)
+    if request.host != VIRTUAL_HOST and rules.stb_keys == keys.EXACT and not keyed_back(catalog, request, key, rules):
+        request = stand_in_request(ref, entry.args)  # the arguments as cached, so that a cassette keys them so
     return Exchange(
-        key=entry_key(ref, doc, entry, rules),
+        key=key,
         request=redact_request(request, rules) if _hidden_names(entry.args, rules) else request,
         response=response,
         source=Source.IMPORTED,
@@ -236,8 +241,8 @@ def encode_file(path: Path, root: Path, *, catalog: Catalog | None, rules: KeyRu
     if doc is None:
         records = list(_stand_in_records(ref, entries, rules, now))
     else:
-        records = [(e.key, encode_exchange(e)) for e in (entry_exchange(ref, doc, entry, rules=rules, now=now)
-                                                         for entry in entries)]
+        records = [(e.key, encode_exchange(e)) for e in (entry_exchange(ref, doc, entry, rules=rules, now=now,
+                                                                        catalog=catalog) for entry in entries)]
     return EncodedFile(records, summary.entries, summary.failures, summary.skipped, summary.unparseable,
                        summary.problems)
 

@@ -45,6 +45,14 @@ def judge_server_answer(response: Response, obj: object, policy: validity.Policy
     return Judged(kept, validity.Verdict(True, "the server's answer", failure), {**meta, "failure": failure.value})
 
 
+def keyed_back(catalog: Catalog | None, request: Request, key: str, rules: KeyRules) -> bool:
+    """Whether ``request`` is keyed ``key`` again when it is read back (a cassette's
+    interaction is keyed from its request): under exact keys a real call whose query turned
+    typed arguments into strings, or put them in another order, is not."""
+    call = StableToolBench(catalog).call(request, rules)
+    return call is not None and call.key == key
+
+
 class StableToolBench(BaseKind):
     name = NAME
 

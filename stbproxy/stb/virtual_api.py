@@ -35,8 +35,9 @@ from stbproxy.models import ApiRef, Headers, Request, Response, Source, header_v
 from stbproxy.provenance import FAILURE_HEADER, FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
 from stbproxy.stb.bodies import VIRTUAL_STATUS, WHOLE_ANSWER, body_value
-from stbproxy.stb.api_requests import api_request, is_rapidapi_url, stored_request, toolbench_request
-from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SENT_NAMES, SERVER_REPLY
+from stbproxy.stb.api_requests import VIRTUAL_HOST, api_request, is_rapidapi_url, stand_in_request, stored_request, \
+    toolbench_request
+from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SENT_NAMES, SERVER_REPLY, keyed_back
 from stbproxy.traffic.seam import Call
 from stbproxy.forensics.naming import session_spec
 
@@ -251,6 +252,8 @@ class VirtualApi:
                 key_args = request.args
             key = keys.api_key(ref, key_args, rules)
         stored = stored_request(ref, doc, request.args)
+        if stored.host != VIRTUAL_HOST and rules.stb_keys == EXACT and not keyed_back(self.catalog, stored, key, rules):
+            stored = stand_in_request(ref, request.args)  # the arguments as they were, so that a cassette keys them so
         if isinstance(server, Request):
             return Call(key, stored, server, ref, key_args, stored.host, SERVER_REPLY, kind=STABLETOOLBENCH,
                         may_simulate=False, facts=facts)
