@@ -107,6 +107,10 @@ def test_no_ready_line_and_one_error_line_for_everything_serve_cannot_open(tmp_p
         (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(REPO / "cassettes" / "weather_oslo.yaml"),
           "--report", str(tmp_path / "no-such-folder" / "r.json")], "cannot write", "does not exist"),
         (["--store", str(tmp_path / "s" / next(names)), "--host", "10.9.8.7"], "refusing to listen on 10.9.8.7", "--proxy-auth"),
+        # an empty user name or password would admit 'Proxy-Authorization: Basic Og==': an open proxy
+        *[(["--store", str(tmp_path / "s" / next(names)), "--host", "0.0.0.0", "--proxy-auth", empty],
+           "--proxy-auth needs a user name and a password, neither of them empty", "--proxy-auth")
+          for empty in (":", "u:", ":p")],
         (["--store", str(tmp_path / "s" / next(names)), "--mode", "sometimes"], "Invalid value for '--mode'", "serve --help"),
         (["--store", str(tmp_path / "s" / next(names)), "--sessions", "x"], "No such option '--sessions'", "--session"),
     ]

@@ -58,3 +58,15 @@ def test_loopback_proxies_reach_local_services_unless_denied(tmp_path, upstream)
     denied = answer(tmp_path, upstream.url("/echo?b=2"), listen_host="127.0.0.1", stb_deny_hosts=["127.0.0.*"])
     assert denied.status_code == 403 and "--deny-host" in json.loads(denied.content)["error"]
     assert upstream.hits["/echo"] == 1
+
+
+@pytest.mark.parametrize("spec", [":", "milo:", ":secret"])
+def test_mitmdump_s_proxyauth_with_an_empty_part_is_refused(tmp_path, spec):
+    """Under mitmdump the addon refuses what mitmproxy itself takes: a user or a password
+    left empty, which a client sending 'Basic Og==' (':') passes."""
+    from mitmproxy import exceptions
+
+    addon = StbAddon()
+    with taddons.context(proxyauth.ProxyAuth(), addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match="neither of them empty"):
+            tctx.configure(addon, proxyauth=spec, stb_store=str(tmp_path / "store"))

@@ -205,6 +205,9 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and ":" not in proxy_auth:
         fail("--proxy-auth must be USER:PASS")
+    if proxy_auth is not None and not all(proxy_auth.partition(":")[::2]):
+        # mitmproxy would take ':' for a user and a password, both empty: an open proxy
+        fail("--proxy-auth needs a user name and a password, neither of them empty")
     if stb_prompt is not None and stb_dir is None:  # else the choice would silently do nothing
         fail("--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too")
     from stbproxy.workers.pool import worker_count

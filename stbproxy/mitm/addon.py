@@ -117,6 +117,7 @@ class StbAddon:
                                                  for name in updated):
             return
         self.settings = settings_from_options(ctx.options)
+        check_proxy_auth(getattr(ctx.options, "proxyauth", None))
         self.guard.configure(self.settings, ctx.options.listen_host, bool(getattr(ctx.options, "proxyauth", None)))
         # The store opens when the proxy starts running, not while options are still being
         # set (that would open the default store before --set stb_store arrives). A live
@@ -475,6 +476,17 @@ def settings_from_options(opts) -> Settings:
         setting = exc.setting or ""
         option = setting if setting.startswith("stb_") else f"stb_{setting}" if setting else "stb options"
         raise exceptions.OptionsError(f"{option}: {exc}") from exc
+
+
+def check_proxy_auth(spec: str | None) -> None:
+    """mitmproxy's ``proxyauth`` in its USER:PASS form takes empty parts (``:``, ``u:``, ``:p``)
+    and then admits a client sending them: an open proxy. Refused (its other forms, "any",
+    an htpasswd file, LDAP, are mitmproxy's to check)."""
+    if not spec or spec == "any" or spec.startswith(("@", "ldap:", "ldaps:")) or ":" not in spec:
+        return
+    user, _, password = spec.partition(":")
+    if not user or not password:
+        raise exceptions.OptionsError("proxyauth: a user name and a password are needed, neither of them empty")
 
 
 def addressed_to_proxy(flow: http.HTTPFlow) -> bool:
