@@ -77,6 +77,10 @@ WARNED_HOSTS = 1024
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
 CONFIGURATION_FAILURES = frozenset({"tls"})
+# Real answers the proxy refuses whole (over --max-upstream-body, a coding it does not decode:
+# upstream.py): errors in every mode too, never simulated, since the API did answer.
+REFUSED_ANSWERS = frozenset({"too-large", "undecodable"})
+LOGGED_URL_CHARS = 1024  # a URL in a log line or a reason: its first characters (a URL may take 64 KiB)
 # An upstream that declines a message it need not see yet (a stdio MCP server not started).
 DEFERRED = "deferred"
 
@@ -142,6 +146,7 @@ class Engine:
         self.clock = clock
         self.write_failures = write_failures or WriteFailures()
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
+        self._waiting: dict[asyncio.Future[Answer], int] = {}  # callers of each shared call
         self._log_seq = 0
         # Hits decoded once and answered from memory after: stored entries are only
         # written on a miss (or in record mode, which never reads), so none goes stale.
@@ -284,14 +289,25 @@ class Engine:
 
     # misses ---------------------------------------------------------------------------
     async def _shared(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
-        """Run ``work`` once per key at a time; concurrent callers share its answer."""
+        """Run ``work`` once per key at a time; concurrent callers share its answer, and it is
+        cancelled once every caller is (HTTP/2 clients that reset their streams: mitm/h2_guard.py)."""
         task = self._inflight.get(key)
         if task is None:
             task = asyncio.ensure_future(work())
             self._inflight[key] = task
-            task.add_done_callback(lambda _t: self._inflight.pop(key, None))
-        # shield: one client hanging up must not cancel the call the others wait for
-        return await asyncio.shield(task)
+            task.add_done_callback(lambda done: self._inflight.pop(key) if self._inflight.get(key) is done else None)
+        self._waiting[task] = self._waiting.get(task, 0) + 1
+        try:
+            # shield: one client hanging up must not cancel the call the others wait for
+            return await asyncio.shield(task)
+        finally:
+            left = self._waiting.pop(task) - 1
+            if left:
+                self._waiting[task] = left
+            elif not task.done():  # the last caller has gone: so does the call
+                task.cancel()
+                if self._inflight.get(key) is task:
+                    del self._inflight[key]
 
     async def _miss_once(self, call: Call) -> Answer:
         """A virtual-mode miss, answered once among all proxies sharing the store: the store
@@ -332,8 +348,10 @@ class Engine:
 
     async def _unavailable(self, call: Call, exc: UpstreamError) -> Answer:
         """The real API gave no answer: simulated in virtual mode when it is down; an error
-        in record mode, and in every mode when a setting is at fault (TLS)."""
-        if self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES or not call.may_simulate:
+        in record mode, and in every mode when a setting is at fault (TLS) or the answer was
+        refused whole (too large, an unknown coding)."""
+        if (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES or exc.kind in REFUSED_ANSWERS
+                or not call.may_simulate):
             return self._error(call, exc)
         reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
         log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
@@ -480,7 +498,8 @@ class Engine:
             response, seconds = await kind.send_upstream(call, send)
         except UpstreamError as exc:
             deferred = exc.kind == DEFERRED  # a real API not there yet, on purpose: nothing failed
-            if not deferred and (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES):
+            if not deferred and (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES
+                                 or exc.kind in REFUSED_ANSWERS):
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
             if not deferred:
@@ -590,18 +609,28 @@ class Engine:
 
     def _scrub(self, call: Call, text: str) -> str:
         """A text about a call (an error, a reason) as it may be logged, stored or answered:
-        its URLs redacted as requests are, and no secret value of the call left in it."""
+        its URLs redacted as requests are (and cut to LOGGED_URL_CHARS once scrubbed), and no
+        secret value of the call left in it."""
+        secrets = self._secrets(call)
         for request in (call.request, call.upstream):
             if request is not None and request.url in text:
-                text = text.replace(request.url, redact_url(request, self.config.rules))
-        return scrub_text(text, self._secrets(call))
+                shown = bounded_url(scrub_text(redact_url(request, self.config.rules), secrets))
+                text = text.replace(request.url, shown)
+        return scrub_text(text, secrets)
 
     def _answer(self, response: Response, source: Source, key: str | None, meta: Mapping | None = None,
                 record_key: str | None = None) -> Answer:
         return Answer(marked(response, source, source, meta), source, key, meta or {}, record_key)
 
     def _loggable(self, request: Request) -> str:
-        return f"{request.method} {redact_url(request, self.config.rules)}"
+        return f"{request.method} {bounded_url(redact_url(request, self.config.rules))}"
+
+
+def bounded_url(url: str) -> str:
+    """A (redacted) URL as a log line or a reason quotes it: its first LOGGED_URL_CHARS characters."""
+    if len(url) <= LOGGED_URL_CHARS:
+        return url
+    return f"{url[:LOGGED_URL_CHARS]}... ({len(url) - LOGGED_URL_CHARS:,} more characters)"
 
 
 async def made(answer: Answer) -> Answer:

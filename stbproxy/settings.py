@@ -25,7 +25,7 @@ from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
 from stbproxy.store.embedded import auth_salt
 from stbproxy.store.shared_url import SharedUrl, parse_shared_url
-from stbproxy.upstream import UpstreamConfig
+from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY, UpstreamConfig
 from stbproxy.stb.validity import AUTO, CHOICES
 
 SIMULATORS = ("auto", "llm", "mirrorapi", "schema", "off")
@@ -84,6 +84,7 @@ class Settings:
     max_headers: int = DEFAULT_MAX_HEADERS  # more header fields: 431
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # more header bytes: 431
     max_request_body: int = DEFAULT_MAX_REQUEST_BODY  # a larger request body: 413, never read
+    max_upstream_body: int = DEFAULT_MAX_UPSTREAM_BODY  # a larger real answer (decoded too): 502, read no further
     head_timeout: float = DEFAULT_HEAD_TIMEOUT  # a request head slower than this: connection closed
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # no request for this long: connection closed
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # more open client connections: 503, closed
@@ -108,6 +109,8 @@ class Settings:
             raise ConfigError("the header size limit must be at least 1024 bytes", setting="max_header_bytes")
         if self.max_request_body < 1024:
             raise ConfigError("the request body limit must be at least 1024 bytes", setting="max_request_body")
+        if self.max_upstream_body < 1024:
+            raise ConfigError("the upstream answer limit must be at least 1024 bytes", setting="max_upstream_body")
         for name in ("head_timeout", "idle_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"the {name.replace('_', ' ')} must be more than 0 seconds", setting=name)
@@ -202,6 +205,7 @@ class Settings:
             ca_file=self.upstream_ca,
             insecure=self.upstream_insecure,
             proxy=self.upstream_proxy,
+            max_body=self.max_upstream_body,
         )
 
 

@@ -5,6 +5,15 @@ a simulated answer (mitmproxy's error hook cannot supply a response), and only t
 identical concurrent misses share one call. Bodies are returned decoded (no
 Content-Encoding), so what is stored and replayed is the content the client reads.
 
+What is read of an answer is bounded (``UpstreamConfig.max_body``, ``serve
+--max-upstream-body``): its bytes on the wire and, decoded, what each coding makes, so a
+compression bomb stops inflating at the limit. A larger answer is refused whole
+(UpstreamError ``too-large``: the engine answers 502, never simulated or stored), not
+streamed: an answer is judged, redacted and kept whole or not at all, and an agent reads it
+into a context window of a few megabytes. The codings decoded are those of _DECODERS, in
+any stack (``gzip, br``); a request's Accept-Encoding offers no other, and an answer in
+another (``compress``) is refused (``undecodable``), never passed on half decoded.
+
 Requests go straight to httpx's connection pool (its transport), not through an
 ``httpx.AsyncClient``: a client keeps a cookie jar shared by every caller, which would send
 one agent's cookies on another agent's requests, make a recording depend on what ran
@@ -17,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import ssl
 import time
+import zlib
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable, Iterator
 from urllib.parse import urlsplit
 
 import certifi  # httpx's own source of public CAs
@@ -26,6 +36,21 @@ import httpx
 
 from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Headers, Request, Response, StreamedResponse
+
+try:  # installed with mitmproxy, as httpx finds them
+    import brotli
+except ImportError:  # pragma: no cover
+    brotli = None
+try:
+    import zstandard
+except ImportError:  # pragma: no cover
+    zstandard = None
+
+DEFAULT_MAX_UPSTREAM_BODY = 64 << 20  # twice the largest request body taken (32 MiB); see the docstring
+TOO_LARGE = "too-large"  # UpstreamError kinds of answers refused whole: never simulated or stored
+UNDECODABLE = "undecodable"
+MAX_CODINGS = 5  # a longer stack of codings is refused (as urllib3 does)
+PIECE = 64 * 1024  # the most one step of gzip or deflate inflates
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx recomputes itself.
 _DROP_REQUEST = frozenset(
@@ -58,6 +83,7 @@ class UpstreamConfig:
     insecure: bool = False
     proxy: str | None = None  # an outbound proxy, when the real APIs are behind one
     max_connections: int = 256
+    max_body: int = DEFAULT_MAX_UPSTREAM_BODY  # the most an answer may take, on the wire and decoded
 
 
 class Upstream:
@@ -94,7 +120,7 @@ class Upstream:
         started = time.perf_counter()
         async with self._failures(request):
             reply = await self._transport.handle_async_request(self._outgoing(request, self._timeout))
-            content = await _read_whole(reply)
+            content = await _read_whole(reply, self.config.max_body, request)
         return _response(reply, content), time.perf_counter() - started
 
     async def open_stream(self, request: Request) -> tuple[Response, float]:
@@ -104,16 +130,24 @@ class Upstream:
         async with self._failures(request):
             reply = await self._stream_transport.handle_async_request(self._outgoing(request, self._stream_timeout))
             if reply.status_code != 200 or not _is_event_stream(reply):
-                return _response(reply, await _read_whole(reply)), time.perf_counter() - started
+                content = await _read_whole(reply, self.config.max_body, request)
+                return _response(reply, content), time.perf_counter() - started
+            try:
+                decoding = _Decoding(_codings(reply, request.url), None)
+            except UpstreamError:
+                await reply.aclose()
+                raise
         head = _response(reply, b"")
-        return (StreamedResponse(head.status, head.headers, b"", head.reason, _EventStream(reply, _host_of(request))),
-                time.perf_counter() - started)
+        stream = _EventStream(reply, _host_of(request), decoding)
+        return StreamedResponse(head.status, head.headers, b"", head.reason, stream), time.perf_counter() - started
 
     def _outgoing(self, request: Request, timeout: dict) -> httpx.Request:
+        headers = [(k, accepted_codings(v) if k.lower() == "accept-encoding" else v)
+                   for k, v in strip_headers(request.headers, _DROP_REQUEST)]
         return httpx.Request(
             request.method,
             request.url,
-            headers=[(wire_bytes(k), wire_bytes(v)) for k, v in strip_headers(request.headers, _DROP_REQUEST)],
+            headers=[(wire_bytes(k), wire_bytes(v)) for k, v in headers],
             content=request.body or None,
             extensions={"timeout": timeout},
         )
@@ -136,7 +170,7 @@ class Upstream:
                 raise UpstreamError(self._tls_text(request, tls), kind="tls") from exc
             raise UpstreamError(f"upstream unreachable: {request.url}: {exc}", kind="unreachable") from exc
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise UpstreamError(f"cannot call {request.url!r}: {exc}", kind="invalid-request") from exc
+            raise UpstreamError(f"cannot call {request.url}: {exc}", kind="invalid-request") from exc
         except (httpx.HTTPError, ValueError) as exc:  # resets, garbage, broken encodings
             raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}", kind="protocol") from exc
 
@@ -158,17 +192,22 @@ class Upstream:
 
 
 class _EventStream:
-    """A real server's event stream as it arrives (decoded: no Content-Encoding)."""
+    """A real server's event stream as it arrives (decoded: no Content-Encoding; each piece
+    bounded, however well the server compressed it)."""
 
-    def __init__(self, reply: httpx.Response, host: str) -> None:
+    def __init__(self, reply: httpx.Response, host: str, decoding: "_Decoding") -> None:
         self._reply = reply
         self._host = host  # the stream's failure is logged where no redaction rule reaches: no path, no query
+        self._decoding = decoding
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The stream's bytes; UpstreamError when the server breaks it off (not an end)."""
         try:
-            async for chunk in self._reply.aiter_bytes():
-                yield chunk
+            async for raw in self._reply.aiter_raw():
+                for piece in self._decoding.feed(raw):
+                    yield piece
+            for piece in self._decoding.flush():
+                yield piece
         except (httpx.HTTPError, ValueError) as exc:
             raise UpstreamError(f"the event stream from {self._host} broke off ({type(exc).__name__})",
                                 kind="protocol") from exc
@@ -181,11 +220,204 @@ def _host_of(request: Request) -> str:
     return urlsplit(request.url).netloc.rpartition("@")[2]
 
 
-async def _read_whole(reply: httpx.Response) -> bytes:
+async def _read_whole(reply: httpx.Response, limit: int, request: Request) -> bytes:
+    """The answer's body, decoded; UpstreamError (``too-large``) as soon as it passes ``limit``
+    bytes, on the wire or decoded, and nothing more is read."""
+    url = request.url
     try:
-        return await reply.aread()
+        announced = reply.headers.get("content-length", "")
+        has_body = request.method != "HEAD" and reply.status_code not in (204, 304)  # else a length names no body
+        if has_body and announced.isdigit() and int(announced) > limit:
+            raise _too_large(limit, url, f": it announces {int(announced):,} bytes")
+        decoding = None  # an answer without a body (HEAD, 304) needs no coding decoded
+        parts: list[bytes] = []
+        read = 0
+        async for raw in reply.aiter_raw():
+            read += len(raw)
+            if read > limit:
+                raise _too_large(limit, url, "")
+            decoding = decoding or _Decoding(_codings(reply, url), limit)
+            parts.extend(decoding.feed(raw))
+        if decoding is not None:
+            parts.extend(decoding.flush())
+        return b"".join(parts)
+    except _OverLimit as exc:
+        raise _too_large(limit, url, f" once decoded ({exc})") from None
     finally:
         await reply.aclose()
+
+
+def _too_large(limit: int, url: str, detail: str) -> UpstreamError:
+    return UpstreamError(f"the upstream's answer is larger than the limit of {limit:,} bytes (--max-upstream-body)"
+                         f"{detail}; it was not read further, passed on or stored: {url}", kind=TOO_LARGE)
+
+
+# -- content codings ------------------------------------------------------------------------
+
+
+class _OverLimit(Exception):
+    """A coding made more than the limit (its name is the message)."""
+
+
+class _Inflate:
+    """gzip and x-gzip (every member, as gzip concatenates them) or deflate (zlib-wrapped as
+    RFC 9110 says, or raw as some servers send it), PIECE bytes at most per step: zlib's
+    own bound, so a bomb never inflates further than the limit."""
+
+    def __init__(self, gzip: bool) -> None:
+        self._gzip = gzip
+        self._inflate = None  # made once two bytes tell which kind of stream follows
+        self._streams = 0
+        self._held = b""  # fewer than two bytes of a stream's start
+        self._more = False  # zlib may hold output that the last step had no room for
+        self._ended = False  # what follows the (last) stream is ignored
+
+    def _start(self, first: bytes):
+        self._streams += 1
+        if self._gzip:  # a further member starts with gzip's magic; anything else is trailing junk
+            return zlib.decompressobj(16 + zlib.MAX_WBITS) if self._streams == 1 or first == b"\x1f\x8b" else None
+        if self._streams > 1:
+            return None
+        zlib_header = first[0] & 0x0F == 8 and int.from_bytes(first, "big") % 31 == 0
+        return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        data, self._held = self._held + data, b""
+        while (data or self._more) and not self._ended:
+            if self._inflate is None:
+                if len(data) < 2:
+                    self._held = data
+                    return
+                self._inflate = self._start(data[:2])
+                if self._inflate is None:
+                    self._ended = True
+                    return
+            try:
+                out = self._inflate.decompress(data, PIECE)
+            except zlib.error as exc:
+                raise httpx.DecodingError(f"{'gzip' if self._gzip else 'deflate'}: {exc}") from None
+            data, self._more = self._inflate.unconsumed_tail, len(out) == PIECE
+            if out:
+                yield out
+            if self._inflate.eof:
+                data, self._inflate, self._more = self._inflate.unused_data + data, None, False
+
+    def flush(self) -> Iterable[bytes]:
+        if self._inflate is not None or (self._held and not self._streams):
+            raise httpx.DecodingError(f"the {'gzip' if self._gzip else 'deflate'} body ends before its stream does")
+        return ()
+
+
+class _Sliced:
+    """brotli and zstd, whose libraries take no bound on what one call makes: they are fed a
+    few bytes at a time, which bounds each step (zstd: 4 bytes may make a 128 KiB block, so
+    256 make at most 8 MiB; brotli: 16 bytes hold at most a meta-block or two, 16 MiB each)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._step = 16 if name == "br" else 256
+        self._decoder = self._new()
+        self._seen = False
+
+    def _new(self):
+        if self._name == "br":
+            return brotli.Decompressor()
+        return zstandard.ZstdDecompressor(max_window_size=8 << 20).decompressobj()  # RFC 9659's window
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._seen = self._seen or bool(data)
+        step = self._step
+        try:
+            for at in range(0, len(data), step):
+                out = self._process(data[at:at + step])
+                if out:
+                    yield out
+        except _LIBRARY_ERRORS as exc:
+            raise httpx.DecodingError(f"{self._name}: {exc}") from None
+
+    def _process(self, data: bytes) -> bytes:
+        if self._name == "br":
+            return self._decoder.process(data)
+        if self._decoder.eof:  # a frame ended with the last piece: the next one starts here
+            self._decoder = self._new()
+        out = self._decoder.decompress(data)
+        while self._decoder.eof and self._decoder.unused_data:  # frames one after another
+            rest, self._decoder = self._decoder.unused_data, self._new()
+            out += self._decoder.decompress(rest)
+        return out
+
+    def flush(self) -> Iterable[bytes]:
+        finished = self._decoder.is_finished() if self._name == "br" else self._decoder.eof
+        if self._seen and not finished:
+            raise httpx.DecodingError(f"the {self._name} body ends before its stream does")
+        return ()
+
+
+_LIBRARY_ERRORS = tuple(error for error in (getattr(brotli, "error", None), getattr(zstandard, "ZstdError", None))
+                        if error is not None)
+_DECODERS = {"identity": None, "gzip": lambda: _Inflate(True), "x-gzip": lambda: _Inflate(True),
+             "deflate": lambda: _Inflate(False)}
+if brotli is not None:
+    _DECODERS["br"] = lambda: _Sliced("br")
+if zstandard is not None:
+    _DECODERS["zstd"] = lambda: _Sliced("zstd")
+
+
+def accepted_codings(value: str) -> str:
+    """A client's Accept-Encoding as sent upstream: only the codings decoded here (a server
+    would otherwise be free to answer in one that cannot be read); ``identity`` if none is left."""
+    kept = [item.strip() for item in value.split(",")
+            if item.split(";", 1)[0].strip().lower() in _DECODERS]
+    return ", ".join(kept) or "identity"
+
+
+def _codings(reply: httpx.Response, url: str) -> list[str]:
+    """The answer's codings in the order they were applied; UpstreamError (``undecodable``)
+    when one of them is not decoded here or there are too many."""
+    codings = [c.strip().lower() for value in reply.headers.get_list("content-encoding")
+               for c in value.split(",") if c.strip()]
+    unknown = [c for c in codings if c not in _DECODERS]
+    if unknown or len(codings) > MAX_CODINGS:
+        known = ", ".join(_DECODERS)
+        why = (f"{unknown[0]!r} is not a coding this proxy decodes ({known})" if unknown
+               else f"this proxy decodes at most {MAX_CODINGS} codings one over another")
+        raise UpstreamError(f"the upstream answered with Content-Encoding {', '.join(codings)!r}: {why}; "
+                            f"the answer was not passed on or stored: {url}", kind=UNDECODABLE)
+    return codings
+
+
+class _Decoding:
+    """An answer's codings undone, last applied first, one bounded piece at a time; _OverLimit
+    when any of them has made more than ``limit`` bytes (None: no limit, an event stream)."""
+
+    def __init__(self, codings: list[str], limit: int | None) -> None:
+        self._stages = [_DECODERS[c]() for c in reversed(codings) if c != "identity"]
+        self._names = [c for c in reversed(codings) if c != "identity"]
+        self._made = [0] * len(self._stages)
+        self._limit = limit
+
+    def feed(self, data: bytes) -> Iterable[bytes]:
+        if not data:
+            return ()
+        return self._through(0, (data,)) if self._stages else (data,)
+
+    def flush(self) -> Iterator[bytes]:
+        for at, stage in enumerate(self._stages):
+            yield from self._through(at + 1, self._counted(at, stage.flush()))
+
+    def _through(self, at: int, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        if at == len(self._stages):
+            yield from pieces
+            return
+        for piece in pieces:
+            yield from self._through(at + 1, self._counted(at, self._stages[at].feed(piece)))
+
+    def _counted(self, at: int, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            self._made[at] += len(piece)
+            if self._limit is not None and self._made[at] > self._limit:
+                raise _OverLimit(self._names[at])
+            yield piece
 
 
 def _response(reply: httpx.Response, content: bytes) -> Response:

@@ -2,8 +2,9 @@
 
 The proxy serves many agents from one event loop, so a single request must never be able
 to hold it: a request with too many header fields, or too many header bytes, is answered
-431 as soon as its head is read; a JSON body nested deeper than jsonsafe.MAX_JSON_DEPTH is
-answered 422. Each answer names the limit and the option that sets it.
+431 as soon as its head is read; a URL longer than MAX_URL_LENGTH, 414; a JSON body nested
+deeper than jsonsafe.MAX_JSON_DEPTH is answered 422. Each answer names the limit (and the
+option that sets it, where one does).
 
 A head that HTTP forbids is the client's mistake and is answered 400 before anything is
 keyed or forwarded (head_problem): a method that is not a token, a target with control
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from stbproxy import jsonsafe
 from stbproxy.keys import is_json_type
@@ -28,6 +29,10 @@ DEFAULT_MAX_REQUEST_BODY = 32 << 20  # larger bodies: 413 before they are read (
 DEFAULT_HEAD_TIMEOUT = 30.0  # seconds from a request's first byte to the end of its head
 DEFAULT_IDLE_TIMEOUT = 120.0  # seconds a connection may wait for its next request
 DEFAULT_MAX_CONNECTIONS = 4096  # open client connections per proxy process
+# The longest URL forwarded: httpx's own bound (httpx._urlparse.MAX_URL_LENGTH), so a longer
+# one could only ever fail upstream; answered 414 at the door instead, before any work.
+MAX_URL_LENGTH = 65536
+_URL_FRAME = 32  # what a URL adds to its target and host at most: "https://", "[...]", ":65535"
 _FIELD_OVERHEAD = 4  # ": " and CRLF of each header line
 _NOT_TOKEN = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")  # RFC 9110 tchar
 _CONTROL_IN_TARGET = re.compile(rb"[\x00-\x20\x7f]")
@@ -73,6 +78,18 @@ def body_problem(body: bytes, content_type: str | None) -> str | None:
     if body and is_json_type(content_type) and jsonsafe.too_deep(body):
         return f"the request body is {jsonsafe.JsonTooDeep(jsonsafe.MAX_JSON_DEPTH)}"
     return None
+
+
+def url_problem(target: bytes, host: str, url: Callable[[], str]) -> str | None:
+    """Why a request's URL is refused (414): longer than MAX_URL_LENGTH as it would be
+    forwarded (``url``, made only when the target and host are long enough to matter)."""
+    if len(target) + len(host) + _URL_FRAME <= MAX_URL_LENGTH:
+        return None
+    size = len(url())
+    if size <= MAX_URL_LENGTH:
+        return None
+    return (f"the request's URL takes {size:,} characters, more than the {MAX_URL_LENGTH:,} this proxy forwards; "
+            "nothing was forwarded or stored")
 
 
 def head_problem(method: bytes, target: bytes, fields: Iterable[tuple[bytes, bytes]]) -> str | None:
