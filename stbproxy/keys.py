@@ -1,20 +1,21 @@
 """Canonical request keys: equal for requests that mean the same call.
 
 Pure functions only. The key of a request is built from its method, scheme, host
-(default port dropped), normalized path, query parameters sorted by name and a body
-canonicalized by content type. Secret and volatile fields never enter a key, so two
-agents with different API keys share one cache entry. ``diff`` explains a miss.
+(default port dropped), its path as the upstream receives it, query parameters sorted by
+name and a body canonicalized by content type. Secret and volatile fields never enter a
+key, nor does a secret value anywhere else in the request (a key in the path, echoed in a
+query): two agents with different API keys share one cache entry, and no key holds a
+secret in any form. ``diff`` explains a miss.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from stbproxy import jsonsafe
 from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
@@ -35,6 +36,15 @@ class Names(frozenset):
             return True
         if type(name) is not str:
             return False
+        # Every header and field name of every request is looked up: remembered (bounded).
+        found = _VERDICTS.get((self, name))
+        if found is None:
+            if len(_VERDICTS) >= MAX_VERDICTS:
+                _VERDICTS.clear()
+            found = _VERDICTS[self, name] = self._matches(name)
+        return found
+
+    def _matches(self, name: str) -> bool:
         lower = name.lower()
         if lower != name and frozenset.__contains__(self, lower):
             return True
@@ -44,6 +54,8 @@ class Names(frozenset):
 
 
 _BRACKETS = re.compile(r"[\[\]]")
+_VERDICTS: dict[tuple[Names, str], bool] = {}
+MAX_VERDICTS = 8192
 
 # Headers never part of a key and always redacted before storage.
 # ToolBench's client sends its key as a "toolbench_key" header as well as in the body.
@@ -52,14 +64,32 @@ SECRET_HEADERS = Names({
     "x-api-key", "api-key", "x-auth-token", "x-access-token",
     "mcp-session-id",  # a live MCP session's id: never stored, never keyed
 })
-# Query, body and multipart fields secret by default: stbcore.arguments.SECRET_FIELDS (the
-# names StableToolBench's own calls carry keys in, also left out by the evaluator) and the
-# usual names of credentials on other HTTP APIs. "key" is not among them: it is a real
-# argument of many APIs. Users add names with KeyRules.extra_secret_fields and take
-# defaults out with KeyRules.not_secret_fields.
-SECRET_FIELDS_DEFAULT = Names(SECRET_FIELDS | {
-    "api-key", "x-api-key", "password", "passwd", "token", "auth_token", "client_secret", "refresh_token",
-})
+
+_WORD_SEPARATOR = re.compile(r"(?<=[a-z0-9])[-_](?=[a-z0-9])")
+
+
+def spellings(name: str) -> frozenset[str]:
+    """A field name in lower case as snake, kebab and camel case write it (``client_secret``,
+    ``client-secret``, ``clientSecret``, looked up lower-cased): a secret name is one in all
+    of them. Only separators between letters or digits count (``_ts`` stays itself)."""
+    lower = name.lower()
+    return frozenset({lower, _WORD_SEPARATOR.sub("_", lower), _WORD_SEPARATOR.sub("-", lower),
+                      _WORD_SEPARATOR.sub("", lower)})
+
+
+def _all_spellings(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(spelling for name in names for spelling in spellings(name))
+
+
+# Query, body and multipart fields secret by default, in every spelling: stbcore.arguments.SECRET_FIELDS
+# (the names StableToolBench's own calls carry keys in, also left out by the evaluator) and the
+# usual names of credentials, tokens and client secrets on other HTTP APIs. "key" is not among
+# them: it is a real argument of many APIs. Users add names with KeyRules.extra_secret_fields
+# and take defaults out with KeyRules.not_secret_fields.
+SECRET_FIELDS_DEFAULT = Names(_all_spellings(SECRET_FIELDS | {
+    "api_key", "x_api_key", "password", "passwd", "token", "auth_token", "refresh_token", "id_token",
+    "api_token", "session_token", "client_secret", "app_secret", "consumer_secret",
+}))
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 EXACT, CANONICAL = "exact", "canonical"
@@ -75,7 +105,7 @@ class KeyRules:
 
     The secret names are the defaults (SECRET_FIELDS_DEFAULT, SECRET_HEADERS) with the
     ``extra_`` names added and the ``not_secret_`` names taken out; all match whatever
-    their case (see Names)."""
+    their case (see Names), and a field name in each of its spellings (see spellings)."""
 
     extra_secret_fields: frozenset[str] = frozenset()
     extra_secret_headers: frozenset[str] = frozenset()
@@ -96,7 +126,8 @@ class KeyRules:
         if self.stb_keys not in STB_KEYS:
             raise ValueError(f"stb_keys must be one of {', '.join(STB_KEYS)}, not {self.stb_keys!r}")
         lower = lambda names: frozenset(n.lower() for n in names)  # noqa: E731
-        fields = (SECRET_FIELDS_DEFAULT | lower(self.extra_secret_fields)) - lower(self.not_secret_fields)
+        fields = (SECRET_FIELDS_DEFAULT | _all_spellings(self.extra_secret_fields)) - _all_spellings(
+            self.not_secret_fields)
         headers = (SECRET_HEADERS | lower(self.extra_secret_headers)) - lower(self.not_secret_headers)
         object.__setattr__(self, "secret_fields", Names(fields))
         object.__setattr__(self, "secret_headers", Names(headers))
@@ -145,13 +176,32 @@ class Canonical:
 
 
 def canonical(request: Request, rules: KeyRules = DEFAULT_RULES) -> Canonical:
-    """Normalize a request; never raises, whatever the URL or body holds."""
+    """Normalize a request; never raises, whatever the URL or body holds.
+
+    A secret value of the request (redact.secret_values) found in any other part of it (a
+    key in the path, a token echoed in a query value or a body) is replaced by REDACTED
+    there, as the stored request has it: no key holds a secret, even as its digest's
+    input, and the stored request is keyed as the live one was."""
+    secrets = redact.secret_values(request, rules)
     scheme, host, path, raw_query = _split_url(request.url)
-    query = _sorted_by_name(
-        (k, v) for k, v in parse_qsl(raw_query, keep_blank_values=True) if k.lower() not in rules.unkeyed_fields
-    )
-    body_kind, body = canonical_body(request.body, request.header("content-type"), rules)
-    return Canonical(request.method.upper(), scheme, host, path, query, body_kind, body)
+    pairs = ((k, v) for k, v in parse_qsl(raw_query, keep_blank_values=True) if k.lower() not in rules.unkeyed_fields)
+    if secrets:
+        host = _host_without(host, secrets)
+        if redact.holds_secret(f"{path}?{raw_query}", secrets):  # one scan, for most requests the only one
+            scrub = redact.scrub_text
+            path = scrub(path, secrets)
+            pairs = ((scrub(k, secrets), scrub(v, secrets)) for k, v in pairs)
+    body_kind, body = canonical_body(request.body, request.header("content-type"), rules, secrets)
+    return Canonical(request.method.upper(), scheme, host, path, _sorted_by_name(pairs), body_kind, body)
+
+
+def _host_without(host: str, secrets: frozenset[str]) -> str:
+    """The (lower-cased) host with any secret in it, in either case, REDACTED."""
+    for secret in secrets:
+        lower = secret.lower()
+        if lower in host:
+            host = host.replace(lower, redact.REDACTED)
+    return host
 
 
 def request_key(request: Request, rules: KeyRules = DEFAULT_RULES) -> str:
@@ -225,27 +275,44 @@ def _split_url(url: str) -> tuple[str, str, str, str]:
     return scheme, host, normalize_path(parts.path), parts.query
 
 
-# A path of these characters, without "//" or dot segments, is already in normal form.
-_NORMAL_PATH = re.compile(r"/[A-Za-z0-9\-_~!$&'()*+,;=:@.]+(?:/[A-Za-z0-9\-_~!$&'()*+,;=:@.]+)*/?|/")
-_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
+# The characters httpx sends in a path as they are: RFC 3986's unreserved and sub-delims,
+# ":@/", "%" (an escape is sent as written) and the few more WHATWG's path set leaves alone.
+_WIRE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/%[]\\^|")
+_WIRE_PATH = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/%\[\]\\^|]*")
 
 
 def normalize_path(path: str) -> str:
-    """Resolve dot segments, collapse repeated slashes, normalize percent-escapes; keep a trailing slash."""
+    """The path as the upstream receives it, since that is what chose the answer: its
+    literal "." and ".." segments resolved and each character that cannot travel as it is
+    percent-encoded, as httpx sends it, and nothing else. "%7e", "%7E" and "~", "//" and
+    "/", "%2e%2e" and "..", which an upstream may tell apart, stay apart: keying them as one
+    would serve one path's answer for another (a poisoned cache)."""
     if not path:
         return "/"
-    if _NORMAL_PATH.fullmatch(path) and not _DOT_SEGMENT.search(path):
+    if "." in path:
+        path = _without_dot_segments(path) or "/"
+    if not _WIRE_PATH.fullmatch(path):
+        # surrogatepass: a lone surrogate (a byte that was no UTF-8, read back from a
+        # cassette) is escaped like any other character, never an error.
+        path = "".join(c if c in _WIRE_CHARS else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                       for c in path)
+    return path
+
+
+def _without_dot_segments(path: str) -> str:
+    """RFC 3986's remove_dot_segments as httpx applies it: segments that are exactly "." or
+    ".." (not "%2e"), a trailing one leaving no slash."""
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
         return path
-    # Decode then re-encode so "%7E", "~" and "%7e" agree; "/" and "%2F" stay distinct.
-    # surrogatepass: a lone surrogate (a byte that was no UTF-8, read back from a cassette)
-    # is escaped like any other character, never an error.
-    segments = [quote(unquote(seg), safe="!$&'()*+,;=:@~", errors="surrogatepass") for seg in path.split("/")]
-    normal = posixpath.normpath("/".join(segments) or "/")
-    if normal.startswith("//"):  # posixpath keeps a leading double slash; URLs do not need it
-        normal = "/" + normal.lstrip("/")
-    if path.endswith("/") and not normal.endswith("/"):
-        normal += "/"
-    return normal
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if kept and kept != [""]:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    return "/".join(kept)
 
 
 def _sorted_by_name(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
@@ -266,29 +333,33 @@ def is_form_type(content_type: str | None) -> bool:
     )
 
 
-def _multipart_canonical(body: bytes, parts: list[Part], rules: KeyRules) -> str:
+def _multipart_canonical(body: bytes, parts: list[Part], rules: KeyRules, secrets: frozenset[str]) -> str:
     kept = []
     for part in parts:
         if part.name in rules.unkeyed_fields:
             continue
-        value = body[part.start:part.end]
+        value = _scrub_bytes(body[part.start:part.end], secrets)
         try:
             text = "text:" + value.decode("utf-8") if part.filename is None else None
         except UnicodeDecodeError:
             text = None
-        kept.append((part.name, part.filename or "", text or "sha256:" + hashlib.sha256(value).hexdigest()))
+        kept.append((_scrub_all(part.name, secrets), _scrub_all(part.filename or "", secrets),
+                     text or "sha256:" + hashlib.sha256(value).hexdigest()))
     return json.dumps(_sorted_by_name((name, [filename, value]) for name, filename, value in kept),
                       ensure_ascii=False, separators=(",", ":"))
 
 
-def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFAULT_RULES) -> tuple[str, str]:
+def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFAULT_RULES,
+                   secrets: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """(kind, canonical text) of a body: its kind by its declared type, its secret and
+    volatile fields left out, and each of ``secrets`` REDACTED wherever else it is."""
     if not body:
         return "empty", ""
     if is_multipart_type(content_type):
         # Keyed by its fields, not its bytes: clients draw a new boundary for every request.
         parts = multipart_parts(body, content_type)
         if parts is not None:
-            return "multipart", _multipart_canonical(body, parts, rules)
+            return "multipart", _multipart_canonical(body, parts, rules, secrets)
     if is_json_type(content_type):
         try:
             value = jsonsafe.loads(body)
@@ -296,7 +367,8 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
             pass  # invalid JSON under a JSON type: keyed by its exact bytes below
         else:
             value = drop_fields(value, rules.unkeyed_fields)
-            return "json", json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            return "json", _without_secrets(value, secrets, lambda v: json.dumps(
+                v, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
     if is_form_type(content_type):
         try:
             text = body.decode("utf-8")
@@ -304,9 +376,27 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
             pass
         else:
             pairs = parse_qsl(text, keep_blank_values=True)
-            kept = _sorted_by_name((k, v) for k, v in pairs if k.lower() not in rules.unkeyed_fields)
-            return "form", json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
-    return "bytes", hashlib.sha256(body).hexdigest()
+            kept = [(k, v) for k, v in pairs if k.lower() not in rules.unkeyed_fields]
+            return "form", _without_secrets(kept, secrets, lambda v: json.dumps(
+                _sorted_by_name(tuple(pair) for pair in v), ensure_ascii=False, separators=(",", ":")))
+    return "bytes", hashlib.sha256(_scrub_bytes(body, secrets)).hexdigest()
+
+
+def _without_secrets(value: Any, secrets: frozenset[str], text_of) -> str:
+    """``text_of(value)``, made again from the value with each secret REDACTED in its strings
+    and member names when the text holds one (a scan of the text finds it in any form)."""
+    text = text_of(value)
+    if secrets and redact.holds_secret(text, secrets):
+        text = text_of(redact.scrub_value(value, secrets))
+    return text
+
+
+def _scrub_all(value: Any, secrets: frozenset[str]) -> Any:
+    return redact.scrub_value(value, secrets) if secrets else value
+
+
+def _scrub_bytes(data: bytes, secrets: frozenset[str]) -> bytes:
+    return redact.scrub(data, secrets) if secrets else data
 
 
 def drop_fields(value: Any, names: frozenset[str]) -> Any:
@@ -408,3 +498,8 @@ def _join(values: list[str] | None) -> str:
 def _preview(c: Canonical, limit: int = 200) -> str:
     text = f"{c.body_kind}:{c.body}"
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+# redact.py builds on this module's names (KeyRules, the body types): imported last, so that
+# either module may be imported first.
+from stbproxy import redact  # noqa: E402

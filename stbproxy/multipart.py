@@ -48,19 +48,27 @@ def _multipart_parts(body: bytes, content_type: str | None) -> list[Part] | None
     starts = [m.start() for m in re.finditer(re.escape(delimiter), body)
               if m.start() == 0 or body[m.start() - 1:m.start()] == b"\n"]
     parts: list[Part] = []
-    for here, following in zip(starts, starts[1:]):
+    # A body cut short (no closing delimiter) still has its last part: an upstream may read
+    # it all the same, and it must be redacted and keyed like the others.
+    for here, following in zip(starts, [*starts[1:], None]):
         section = here + len(delimiter)
         if body[section:section + 2] == b"--":  # the closing delimiter
             break
-        head_end = body.find(b"\r\n\r\n", section, following)
+        stop = len(body) if following is None else following
+        head_end = body.find(b"\r\n\r\n", section, stop)
         gap = 4
         if head_end < 0:
-            head_end, gap = body.find(b"\n\n", section, following), 2
+            head_end, gap = body.find(b"\n\n", section, stop), 2
         if head_end < 0:
+            if following is None:
+                break  # trailing bytes that are no part
             return None
-        end = following - 1  # the LF before the next delimiter, and a CR before it
-        if end > head_end + gap and body[end - 1:end] == b"\r":
-            end -= 1
+        if following is None:  # up to the end, but for a last line break
+            end = stop - (2 if body.endswith(b"\r\n") else 1 if body.endswith(b"\n") else 0)
+        else:
+            end = following - 1  # the LF before the next delimiter, and a CR before it
+            if end > head_end + gap and body[end - 1:end] == b"\r":
+                end -= 1
         end = max(end, head_end + gap)
         head = body[section:head_end].decode("latin-1")
         disposition = next((line.split(":", 1)[1] for line in head.splitlines()

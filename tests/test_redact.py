@@ -42,10 +42,10 @@ def test_secrets_never_survive_redaction(request_, secret):
     assert REDACTED.encode() in everything(redacted)
 
 
-def test_basic_auth_parts_are_secrets():
-    token = base64.b64encode(b"alice:pa55word").decode()
+def test_basic_auth_password_is_a_secret_and_the_user_name_is_not():
+    token = base64.b64encode(b"alice:pa55word-long").decode()
     secrets = secret_values(Request("GET", "http://h/", (("Authorization", f"Basic {token}"),)))
-    assert {"pa55word", "alice", token} <= secrets
+    assert {"pa55word-long", token} <= secrets and "alice" not in secrets  # issue 38, item 9
 
 
 def test_user_configured_secret_field():
@@ -79,9 +79,15 @@ def test_a_json_secret_sent_without_a_json_type_is_scrubbed_from_the_answer_too(
     assert json.loads(redact_request(request).body) == {"toolbench_key": REDACTED, "q": "[[[["}
 
 
-def test_text_bodies_that_are_neither_json_nor_a_form_are_kept_as_sent():
-    for content_type, body in ((("Content-Type", "text/plain"),), b"{not json, api_key=x12345"), ((), b"plain words"):
+def test_text_bodies_that_are_neither_json_nor_a_form_are_kept_as_sent_but_for_secret_pairs():
+    text = (("Content-Type", "text/plain"),)
+    for content_type, body in ((text, b"{not json, key=x12345"), ((), b"plain words"), (text, b"caf\xe9 \xff"),
+                               ((), b"a=\xff")):
         assert redact_request(Request("POST", "http://h/p", content_type, body)).body == body
+    # a name=value pair of a secret name is a named place, even in text (issue 38, item 8)
+    body = b"{not json, api_key=x12345"
+    assert redact_request(Request("POST", "http://h/p", (("Content-Type", "text/plain"),), body)).body == (
+        b"{not json, api_key=REDACTED")
 
 
 def test_invalid_json_and_binary_bodies_are_left_alone_but_scrubbed():

@@ -12,6 +12,7 @@ proxy's -v log.
 
 from __future__ import annotations
 
+import base64
 import html
 import http.client
 import json
@@ -71,6 +72,9 @@ def echo_forms(value: str) -> dict[str, str]:
         "json-U": "".join(f"\\u{unit:04X}" for unit in _utf16(value)),
         "pct-all": "".join(f"%{b:02X}" for b in value.encode()),
         "html": html.escape(value).replace("/", "&#x2F;"),
+        "html-dec": "".join(f"&#{ord(c)};" for c in value),  # letters and digits too (issue 38, item 5)
+        "html-hex": "".join(f"&#x{ord(c):x};" for c in value),
+        "json-twice": _json_inner(_json_inner(value)),  # a JSON text quoted in another
     }
     return forms
 
@@ -111,7 +115,7 @@ def test_an_echo_of_a_query_secret_in_any_form_is_scrubbed(form):
     ("SECRET%2fSLASH026", "SECRET/SLASH026"),
     ("SECRET+PLUS027", "SECRET PLUS027"),
     ("SECRET%2BPLUS027", "SECRET+PLUS027"),
-    ("b64%3D%3D", "b64=="),
+    ("long%2Bb64%3D%3D", "long+b64=="),
 ])
 def test_the_raw_query_value_and_its_decoded_form_are_both_scrubbed(sent, secret):
     request = Request("GET", f"http://h/p?apikey={sent}&q=1")
@@ -259,10 +263,10 @@ def test_scrubbing_is_deterministic_and_longest_first():
 
 def test_everything_under_a_secret_name_is_secret_but_numbers_deeper_down():
     request = Request("POST", "http://h/p", (JSON,), json.dumps(
-        {"token": {"value": "nested-secret-1", "scopes": ["scope-secret-2"], "expires_in": 3600},
-         "api_key": 987654, "q": "visible"}).encode())
+        {"token": {"value": "nested-secret-1", "scopes": ["scope-secret-2"], "expires_in": 36000000},
+         "api_key": 9876543210, "q": "visible"}).encode())
     found = secret_values(request)
-    assert {"nested-secret-1", "scope-secret-2", "987654"} <= found and "3600" not in found
+    assert {"nested-secret-1", "scope-secret-2", "9876543210"} <= found and "36000000" not in found
     assert json.loads(redact_request(request).body) == {"token": REDACTED, "api_key": REDACTED, "q": "visible"}
 
 
@@ -312,11 +316,176 @@ def test_serve_has_the_options_to_take_out_a_default_name():
     assert "--not-secret-field" in text and "--not-secret-header" in text
 
 
+# -- issue 38: forms and places still missed, and what is no secret ----------------------------
+
+
+def _html_refs(value: str, style: str) -> str:
+    """``value`` as HTML numeric references: every character decimal, hex, or every other one."""
+    refs = {"decimal": lambda c: f"&#{ord(c)};", "hex": lambda c: f"&#x{ord(c):x};",
+            "HEX": lambda c: f"&#X{ord(c):04X};"}
+    if style == "mixed":
+        return "".join(f"&#{ord(c)};" if i % 2 else c for i, c in enumerate(value))
+    return "".join(refs[style](c) for c in value)
+
+
+@pytest.mark.parametrize("style", ["decimal", "hex", "HEX", "mixed"])
+def test_html_references_of_letters_and_digits_are_scrubbed(style):
+    """Item 5: ``&#115;&#101;...`` and ``&#x73;...`` (html.escape leaves letters alone, others do not)."""
+    secret = "sk-Live1234abcd"
+    secrets = secret_values(Request("GET", "http://h/p", (("X-Api-Key", secret),)))
+    echo = f"<p>you sent {_html_refs(secret, style)}</p>"
+    assert html.unescape(echo) == f"<p>you sent {secret}</p>"
+    assert scrub_text(echo, secrets) == "<p>you sent REDACTED</p>"
+
+
+def test_html_named_references_are_scrubbed_in_any_mix():
+    secrets = secret_values(Request("GET", "http://h/p?api_key=ab%2Fcd%3Def_gh"))
+    assert scrub_text("[ab&sol;cd&equals;ef&lowbar;gh]", secrets) == "[REDACTED]"
+
+
+def test_a_u_escaped_json_secret_echoed_json_escaped_again_is_scrubbed():
+    """Item 6: the body's raw text quoted in a JSON string by the upstream: ``SECRET\\\\u0041...``."""
+    body = b'{"api_key": "SECRET\\u0041\\u0042CDEF12", "q": 1}'
+    request = Request("POST", "http://h/p", (JSON,), body)
+    echo = json.dumps({"you_sent": body.decode()}).encode()  # the raw text JSON-escaped again
+    assert b'SECRET\\\\u0041\\\\u0042CDEF12' in echo
+    cleaned = redact_response(Response(200, (), echo), secret_values(request)).body
+    assert json.loads(json.loads(cleaned)["you_sent"]) == {"api_key": REDACTED, "q": 1}
+    # escaped three times; the literal percent-encoded; one character of it escaped twice
+    for echo in ("SECRET\\\\\\u0041\\\\\\u0042CDEF12", "SECRET%5Cu0041%5Cu0042CDEF12", "SECRET\\\\u0041BCDEF12"):
+        assert scrub_text(f"<{echo}>", secret_values(request)) == "<REDACTED>", echo
+
+
+def test_every_member_of_a_duplicated_secret_name_is_a_secret():
+    """Item 8: json.loads keeps the last ``api_key``; the upstream may read (and echo) the first."""
+    body = b'{"api_key": "first-secret-1", "q": 1, "api_key": "second-secret-2", "t": {"token": "t-secret-3"},' \
+           b' "t": {"token": "t-secret-4"}}'
+    request = Request("POST", "http://h/p", (JSON,), body)
+    assert {"first-secret-1", "second-secret-2", "t-secret-3", "t-secret-4"} <= secret_values(request)
+    cleaned = redact_response(Response(200, (), b"first-secret-1 t-secret-3"), secret_values(request)).body
+    assert cleaned == b"REDACTED REDACTED"
+    assert b"secret" not in redact_request(request).body
+    other = Request("POST", "http://h/p", (JSON,), body.replace(b"first-secret-1", b"other-secret-9"))
+    assert request_key(request) == request_key(other)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/plain; charset=utf-8", "application/octet-stream"])
+def test_a_secret_pair_in_a_text_body_is_found_redacted_and_scrubbed(content_type):
+    """Item 8: ``api_key=`` in a text/plain body."""
+    body = b"call me with api_key=text-secret-77&x=1 or access_token=text-token-78, thanks"
+    request = Request("POST", "http://h/p", (("Content-Type", content_type),), body)
+    assert {"text-secret-77", "text-token-78"} <= secret_values(request)
+    assert redact_request(request).body == b"call me with api_key=REDACTED&x=1 or access_token=REDACTED, thanks"
+    other = Request("POST", "http://h/p", request.headers, body.replace(b"text-secret-77", b"text-secret-99"))
+    assert request_key(request) == request_key(other)
+
+
+def test_a_form_body_with_a_byte_that_is_no_utf8_still_has_its_secret_found():
+    """Item 8: one non-UTF-8 byte used to make the whole form unreadable, its secret included."""
+    body = b"city=S\xe3o+Paulo&api_key=form%2Fsecret+88&q=1"
+    request = Request("POST", "http://h/p", (FORM,), body)
+    assert {"form%2Fsecret+88", "form/secret 88"} <= secret_values(request)
+    assert redact_request(request).body == b"city=S\xe3o+Paulo&api_key=REDACTED&q=1"  # the other bytes as sent
+    assert scrub(b'{"key": "form/secret 88", "x": "\xe3"}', secret_values(request)) == b'{"key": "REDACTED", "x": "\xe3"}'
+
+
+def test_the_last_part_of_a_multipart_body_without_its_closing_delimiter_is_read():
+    """Item 8: a body cut short keeps its last part, which an upstream may read and echo."""
+    content_type, body = multipart([("q", "hello", None), ("api_key", "Mp-Unclosed-Secret-5", None)])
+    body = body[:body.rindex(b"--b0undary-XyZ--")]
+    request = Request("POST", "http://h/upload", (("Content-Type", content_type),), body)
+    assert "Mp-Unclosed-Secret-5" in secret_values(request)
+    assert b"Mp-Unclosed" not in redact_request(request).body
+    assert [(p.name, body[p.start:p.end]) for p in multipart_parts(body, content_type)] == [
+        ("q", b"hello"), ("api_key", b"Mp-Unclosed-Secret-5")]
+    other = Request("POST", "http://h/upload", request.headers, body.replace(b"Unclosed", b"Different"))
+    assert request_key(request) == request_key(other)
+
+
+@pytest.mark.parametrize("url,secret", [
+    ("http://h/p?x=1;api_key=semi%2Fsecret-61&q=2", "semi/secret-61"),
+    ("http://h/p?q=2#api_key=frag-secret-62&x=1", "frag-secret-62"),
+    ("http://h/p?q=2&api_key=with;semicolon-63", "with;semicolon-63"),
+])
+def test_semicolon_pairs_and_the_fragment_are_searched_for_secrets(url, secret):
+    """Item 8: ``?x=1;api_key=...`` (a separator some servers read) and ``#api_key=...``."""
+    request = Request("GET", url)
+    assert secret in secret_values(request)
+    stored = redact_request(request).url
+    assert "api_key=REDACTED" in stored and not leaks(stored, {secret: forbidden(secret)})
+    assert stored.startswith("http://h/p?") and "q=2" in stored
+    assert secret not in request_key(request) and request_key(request) == request_key(
+        Request("GET", url.replace(quote(secret, safe="/;"), "other-secret-00")))
+
+
+def test_a_secret_echoed_as_a_response_header_name_is_scrubbed():
+    secrets = secret_values(Request("GET", "http://h/p", (("X-Api-Key", "HeaderNameKey99"),)))
+    cleaned = redact_response(Response(200, (("X-HeaderNameKey99", "1"), ("X-Ok", "HeaderNameKey99")), b""), secrets)
+    assert cleaned.headers == (("X-REDACTED", "1"), ("X-Ok", "REDACTED"))
+
+
+@pytest.mark.parametrize("name", ["accessToken", "AccessToken", "access-token", "ACCESS_TOKEN", "clientSecret",
+                                  "client-secret", "refreshToken", "authToken", "idToken", "id_token", "apiToken",
+                                  "sessionToken", "appSecret", "consumer_secret", "apiKey", "x_api_key"])
+def test_the_common_spellings_of_tokens_and_client_secrets_are_secret_by_default(name):
+    """Item 8: camelCase, kebab-case and snake_case alike."""
+    for request in (Request("GET", f"http://h/p?{name}=spelled-secret-1&q=1"),
+                    Request("POST", "http://h/p", (FORM,), f"{name}=spelled-secret-1&q=1".encode()),
+                    Request("POST", "http://h/p", (JSON,), json.dumps({name: "spelled-secret-1", "q": 1}).encode())):
+        stored = redact_request(request)
+        assert b"spelled-secret-1" not in stored.url.encode() + stored.body, (name, request)
+        other = Request(request.method, request.url.replace("-1", "-2"), request.headers,
+                        request.body.replace(b"-1", b"-2"))
+        assert request_key(request) == request_key(other)
+
+
+def test_a_name_taken_out_is_taken_out_in_every_spelling():
+    rules = KeyRules.build(not_secret_fields=["access_token"], secret_fields=["sig_value"])
+    request = Request("GET", "http://h/p?accessToken=kept-value-1&sigValue=hidden-value-2")
+    stored = redact_request(request, rules).url
+    assert "accessToken=kept-value-1" in stored and "sigValue=REDACTED" in stored
+
+
+def test_a_basic_user_name_is_no_secret():
+    """Item 9: ``Milo`` replayed as ``{"name":"REDACTED","tag":"REDACTEDs"}``."""
+    token = base64.b64encode(b"Milo:pa55word-long").decode()
+    secrets = secret_values(Request("GET", "http://h/", (("Authorization", f"Basic {token}"),)))
+    assert "Milo" not in secrets and {"pa55word-long", token} <= secrets
+    body = b'{"name":"Milo","tag":"Milos","p":"pa55word-long"}'
+    assert redact_response(Response(200, (), body), secrets).body == b'{"name":"Milo","tag":"Milos","p":"REDACTED"}'
+
+
+@pytest.mark.parametrize("value", ["abc1234", "active", "1234", "xxxxxxxxxxxx", "********", "password", "Changeme",
+                                   "12345678"])
+def test_values_too_short_or_too_common_are_redacted_where_named_but_not_hunted(value):
+    request = Request("GET", f"http://h/p?api_key={quote(value)}&status={quote(value)}", (("X-Api-Key", value),))
+    assert secret_values(request) == frozenset()
+    stored = redact_request(request)
+    assert stored.headers == (("X-Api-Key", REDACTED),)
+    assert f"api_key={REDACTED}&status={quote(value)}" in stored.url
+    assert REDACTED not in redact_response(Response(200, (), f'{{"state": "{value}"}}'.encode()), frozenset()).body.decode()
+
+
+def test_a_stored_request_is_keyed_as_the_live_one():
+    """The key scrubs a secret wherever redaction does, so that an exported and re-imported
+    request (a cassette) is found under the key the live one was stored under."""
+    requests = [
+        Request("GET", "http://h/echo/user/sk-in-the-path-1/x?q=1", (("X-Api-Key", "sk-in-the-path-1"),)),
+        Request("GET", "http://h/p?x=1;api_key=semi-secret-62&note=semi-secret-62"),
+        Request("POST", "http://h/p", (JSON, ("Authorization", "Bearer sk-bearer-0001")),
+                json.dumps({"q": "sk-bearer-0001 again", "api_key": "json-secret-1"}).encode()),
+        Request("POST", "http://h/p", (("Content-Type", "text/plain"),), b"x api_key=text-secret-77 y text-secret-77"),
+        Request("POST", "http://h/p", (FORM,), b"a=S\xe3o&token=form-secret-88&b=form-secret-88"),
+    ]
+    for request in requests:
+        assert request_key(redact_request(request)) == request_key(request), request
+
+
 # -- end to end: a real proxy, an upstream that echoes, every place something is kept ------------
 
 # "raw" is answered 401 (an upstream's refusal quoting the request); the others 200.
 ECHO_FORMS = ("raw", "decoded", "pct", "pct-lower", "plus", "json", "json-slash", "json-u", "json-U", "pct-all",
-              "html")
+              "html", "html-dec", "html-hex", "json-twice", "raw-json")
 
 
 class _EchoHandler(BaseHTTPRequestHandler):
@@ -335,6 +504,8 @@ class _EchoHandler(BaseHTTPRequestHandler):
         form = urlsplit(self.path).path.split("/")[2]
         if form == "raw":
             text = f"you called {self.path} with {body.decode('utf-8', 'surrogateescape')}"
+        elif form == "raw-json":  # the request's text quoted in a JSON string: its escapes escaped again
+            text = _json_inner(f"you called {self.path} with {body.decode('utf-8', 'surrogateescape')}")
         else:
             text = " | ".join(echo_forms(v)[form] for v in self._values(body))
         payload = json.dumps({"error": "", "note": "you called with"})[:-1] + f', "you_sent": "{text}"}}'
@@ -360,9 +531,17 @@ class _EchoHandler(BaseHTTPRequestHandler):
         elif "multipart" in content_type:
             message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
             values += [part.get_content() for part in message.iter_parts()]
-        elif body:
-            values += [v for _, v in parse_qsl(body.decode())]
-        return values
+        elif body:  # a form, or text with name=value pairs in it
+            values += [v for _, v in parse_qsl(body.decode("utf-8", "surrogateescape").replace(" ", "&"))]
+        return [v for v in values if _is_text(v)]  # a byte that was no UTF-8 (form-not-utf8) is echoed by none
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _strings(value) -> list[str]:
@@ -395,8 +574,8 @@ def secret_cases() -> list[tuple]:
               ("UEscAped/Tb033", "\\u0055Esc\\u0041ped\\u002fTb033")),
         _case("x-api-key", "GET", "/p?q=3", {"X-Api-Key": "XaK/Header+034="}, b"", ("XaK/Header+034=",)),
         _case("password-token", "POST", "/p", {"Content-Type": "application/x-www-form-urlencoded"},
-              b"user=bob&password=Pa%24%24w0rd+035&token=Tok%2F036", ("Pa$$w0rd 035", "Pa%24%24w0rd+035"),
-              ("Tok/036", "Tok%2F036")),
+              b"user=bob&password=Pa%24%24w0rd+035&token=Tok%2Fen036", ("Pa$$w0rd 035", "Pa%24%24w0rd+035"),
+              ("Tok/en036", "Tok%2Fen036")),
         _case("api-key-array", "GET", "/p?api_key[]=Arr%2FOne037&api_key[]=Arr+Two038&q=4", {}, b"",
               ("Arr/One037", "Arr%2FOne037"), ("Arr Two038", "Arr+Two038")),
         _case("multipart", "POST", "/p", {"Content-Type": mp_type}, mp_body, ("Mp/Field+Pw01=",),
@@ -404,6 +583,23 @@ def secret_cases() -> list[tuple]:
         _case("json-names-case", "POST", "/p", {"Content-Type": "application/json"},
               json.dumps({"API_KEY": "UpperCase/Key039", "Toolbench_Key": "Mixed+Case040", "q": 5}).encode(),
               ("UpperCase/Key039",), ("Mixed+Case040",)),
+        # issue 38: a key in the path (item 4), and the places of item 8
+        _case("path-secret", "GET", "/user/PathKey-044/x?q=6", {"X-Api-Key": "PathKey-044"}, b"", ("PathKey-044",)),
+        _case("json-duplicate", "POST", "/p", {"Content-Type": "application/json"},
+              b'{"api_key": "First/Dup-045", "q": 7, "api_key": "Second/Dup-046"}', ("First/Dup-045",),
+              ("Second/Dup-046",)),
+        _case("text-plain", "POST", "/p", {"Content-Type": "text/plain"}, b"use api_key=Text/Plain-047 please",
+              ("Text/Plain-047",)),
+        _case("form-not-utf8", "POST", "/p", {"Content-Type": "application/x-www-form-urlencoded"},
+              b"city=S\xe3o&api_key=NotUtf8%2FForm-048", ("NotUtf8/Form-048", "NotUtf8%2FForm-048")),
+        _case("multipart-unclosed", "POST", "/p", {"Content-Type": mp_type},
+              mp_body[:mp_body.rindex(b"--b0undary")].replace(b"Mp/Field+Pw01=", b"Mp/Unclosed-049"),
+              ("Mp/Unclosed-049",), ('Mp"Quote\\Key02',)),
+        _case("semicolon-query", "GET", "/p?x=1;api_key=Semi%2FColon-050&q=8", {}, b"",
+              ("Semi/Colon-050", "Semi%2FColon-050")),
+        _case("camel-case", "POST", "/p", {"Content-Type": "application/json"},
+              json.dumps({"accessToken": "Camel/Token-051", "clientSecret": "Client+Secret052", "q": 9}).encode(),
+              ("Camel/Token-051",), ("Client+Secret052",)),
     ]
 
 
