@@ -553,9 +553,11 @@ class Engine:
 
     # storing --------------------------------------------------------------------------
     def _log_key(self, kind: str, call: Call) -> str:
-        """A key under log/: kept for the record, never served as an answer."""
+        """A key under log/: kept for the record, never served as an answer (no secret of the
+        call in its host, as in every key)."""
         self._log_seq += 1
-        return f"log/{kind}/{call.host or '-'}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
+        host = keys.host_without(call.host, self._secrets(call)) if call.host else "-"
+        return f"log/{kind}/{host}/{time.time_ns():020d}-{os.getpid()}-{self._log_seq}"
 
     def _keep(self, call: Call, response: Response, source: Source, key: str, seconds: float | None,
               meta: Mapping) -> Answer:

@@ -186,7 +186,7 @@ def canonical(request: Request, rules: KeyRules = DEFAULT_RULES) -> Canonical:
     scheme, host, path, raw_query = _split_url(request.url)
     pairs = ((k, v) for k, v in parse_qsl(raw_query, keep_blank_values=True) if k.lower() not in rules.unkeyed_fields)
     if secrets:
-        host = _host_without(host, secrets)
+        host = host_without(host, secrets)
         if redact.holds_secret(f"{path}?{raw_query}", secrets):  # one scan, for most requests the only one
             scrub = redact.scrub_text
             path = scrub(path, secrets)
@@ -195,7 +195,7 @@ def canonical(request: Request, rules: KeyRules = DEFAULT_RULES) -> Canonical:
     return Canonical(request.method.upper(), scheme, host, path, _sorted_by_name(pairs), body_kind, body)
 
 
-def _host_without(host: str, secrets: frozenset[str]) -> str:
+def host_without(host: str, secrets: frozenset[str]) -> str:
     """The (lower-cased) host with any secret in it, in either case, REDACTED."""
     for secret in secrets:
         lower = secret.lower()

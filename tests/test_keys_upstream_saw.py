@@ -119,3 +119,11 @@ def test_a_value_too_short_to_be_told_from_data_is_redacted_where_named_but_not_
     stored = store.get(answer.key)
     assert "api_key=REDACTED" in stored.request.url and "q=abc123" in stored.request.url
     assert json.loads(stored.response.body)["path"] == "/echo/abc123/x"
+
+
+def test_a_secret_in_the_host_is_in_no_key_log_keys_included(store):
+    request = Request("GET", "http://SK-Host-Secret-1.example.com/p?q=1", (("X-Api-Key", "SK-Host-Secret-1"),))
+    engine = Engine(store, Upstream(UpstreamConfig(timeout=5.0)), EngineConfig())
+    call = engine.http_call(request)
+    for key in (call.key, engine._log_key("passthrough", call)):
+        assert "sk-host-secret-1" not in key.lower() and "REDACTED.example.com" in key, key
