@@ -87,7 +87,7 @@ def test_a_secret_in_the_path_is_in_no_key_no_session_record_and_no_stored_reque
     assert (one.source, two.source) == (Source.UPSTREAM, Source.CACHE)  # a rotated key still hits
     assert one.key == two.key == "http/" + one.key.split("/", 2)[1] + "/GET/echo/user/REDACTED/x/" + one.key[-32:]
     text = _store_text(store)
-    assert f"session/path-secret/" in text and "/echo/user/REDACTED/x" in text
+    assert "session/path-secret/" in text and "/echo/user/REDACTED/x" in text
     for form in _every_form(SECRET) + _every_form(rotated):
         assert form not in text, form
     assert [k for k in store.keys("") if "REDACTED" not in k and k.startswith("http/")] == []
