@@ -343,7 +343,7 @@ def _multipart_canonical(body: bytes, parts: list[Part], rules: KeyRules, secret
             text = "text:" + value.decode("utf-8") if part.filename is None else None
         except UnicodeDecodeError:
             text = None
-        kept.append((_scrub_all(part.name, secrets), _scrub_all(part.filename or "", secrets),
+        kept.append((_scrubbed(part.name, secrets), _scrubbed(part.filename or "", secrets),
                      text or "sha256:" + hashlib.sha256(value).hexdigest()))
     return json.dumps(_sorted_by_name((name, [filename, value]) for name, filename, value in kept),
                       ensure_ascii=False, separators=(",", ":"))
@@ -391,7 +391,7 @@ def _without_secrets(value: Any, secrets: frozenset[str], text_of) -> str:
     return text
 
 
-def _scrub_all(value: Any, secrets: frozenset[str]) -> Any:
+def _scrubbed(value: Any, secrets: frozenset[str]) -> Any:
     return redact.scrub_value(value, secrets) if secrets else value
 
 

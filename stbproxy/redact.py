@@ -11,8 +11,8 @@ escaped twice as ``%25XX``), JSON-escaped (``\\"``, ``\\\\``, ``\\/``, ``\\n``, 
 either case, surrogate pairs; escaped again, as a JSON text quoted in another) or as an
 HTML character reference (decimal, hex or named), in any mix; the raw text the request
 carried (an undecoded query or form value, a JSON string literal as the body wrote it) is
-a secret of its own. One regular expression per set of secrets does it, built once and
-cached, whose first characters let the scanner skip ahead (see _secret_pattern).
+a secret of its own. One regular expression per secret does it, built once and cached,
+whose first characters let the scanner skip ahead (see _secret_pattern).
 
 Only values that can be told from data are hunted so: one shorter than MIN_SECRET_CHARS,
 one character repeated, or a placeholder (``password``, ``changeme``) would be found in

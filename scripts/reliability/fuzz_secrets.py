@@ -62,8 +62,10 @@ LOCATIONS = ("entries", "sessions", "keys", "files", "exports", "redis", "log")
 RUNS = ("fast", "workers", "tunnel")
 SESSION = "secrets"
 DATA_TARGETS = ("/data/Milo?name=Milo", "/data/abc1234?api_key=abc1234&code=abc1234")
-# (first, second, the upstream receives them alike): the second request's answer
-POISON_PAIRS = [("/a/%2e%2e/%2E%2E/secret", "/secret", False), ("/p3//admin", "/p3/admin", False),
+# (first, second, the upstream receives them alike), each under a prefix of its own (/poisonN):
+# the second request's answer is checked (a normalizing key once made /poisonN/a/b/%2e%2e/%2E%2E/secret
+# /poisonN/secret, and served the one's answer for the other)
+POISON_PAIRS = [("/a/b/%2e%2e/%2E%2E/secret", "/secret", False), ("/p3//admin", "/p3/admin", False),
                 ("/%7Euser/x", "/~user/x", False), ("/%7euser/y", "/%7Euser/y", False),
                 ("/x/.", "/x", True), ("/b/./c/../d", "/b/d", True)]
 
