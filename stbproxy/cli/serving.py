@@ -66,6 +66,9 @@ from stbproxy.models import Mode
               help="Requests whose header fields take more bytes are answered 431.")
 @click.option("--max-request-body", type=ByteSize(), default="32MiB", show_default=True,
               help="Requests with a larger body are answered 413 before the body is read.")
+@click.option("--max-upstream-body", type=ByteSize(), default="64MiB", show_default=True,
+              help="A real API's answer larger than this, on the wire or decoded (a compression bomb), is read "
+                   "no further and answered 502, never stored.")
 @click.option("--head-timeout", type=click.FloatRange(0, 3600, min_open=True), default=30, show_default=True,
               metavar="SECONDS", help="A request's line and header fields must arrive within this time of its "
                                       "first byte; a slower connection is closed.")
@@ -180,7 +183,7 @@ from stbproxy.models import Mode
 def serve(mode, host, port, store, passthrough, secret_field, secret_header, not_secret_field, not_secret_header,
           volatile_field, max_body,
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
-          deny_host, max_headers, max_header_bytes, max_request_body, head_timeout, idle_timeout,
+          deny_host, max_headers, max_header_bytes, max_request_body, max_upstream_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
           ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, stb_keys,
           refresh_simulated,
@@ -271,6 +274,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_max_headers": max_headers,
         "stb_max_header_bytes": max_header_bytes,
         "stb_max_request_body": max_request_body,
+        "stb_max_upstream_body": max_upstream_body,
         "stb_head_timeout": str(head_timeout),
         "stb_idle_timeout": str(idle_timeout),
         "stb_max_connections": max_connections or default_max_connections(),

@@ -20,8 +20,9 @@ from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import Guard, loop_message
 from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
+    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY, url_problem
 from stbproxy.mitm.connections import ConnectionWatch, Watched
+from stbproxy.mitm.h2_guard import cancelled_on_reset
 from stbproxy.mitm.relay import Relay
 from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
 from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
@@ -34,6 +35,7 @@ from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store.embedded import default_store_path
+from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY
 
 log = logging.getLogger("stbproxy")
 
@@ -106,6 +108,7 @@ class StbAddon:
         loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
         loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
         loader.add_option("stb_max_request_body", int, DEFAULT_MAX_REQUEST_BODY, "Requests with a larger body (bytes) are answered 413 before it is read (stbproxy serve; under mitmdump set body_size_limit).")
+        loader.add_option("stb_max_upstream_body", int, DEFAULT_MAX_UPSTREAM_BODY, "A real answer larger than this (bytes, on the wire or decoded) is read no further and answered 502, never stored.")
         loader.add_option("stb_head_timeout", str, str(DEFAULT_HEAD_TIMEOUT), "Seconds from a request's first byte to the end of its head; slower connections are closed (stbproxy serve).")
         loader.add_option("stb_idle_timeout", str, str(DEFAULT_IDLE_TIMEOUT), "Seconds a connection may wait for its next request before it is closed (stbproxy serve).")
         loader.add_option("stb_max_connections", int, DEFAULT_MAX_CONNECTIONS, "Most open client connections per process; more are answered 503 and closed (stbproxy serve).")
@@ -195,6 +198,10 @@ class StbAddon:
             flow.response = error_response(refusal.status, refusal.message)
             if refusal.closes:
                 flow.response.headers["Connection"] = "close"
+        if flow.response is None:  # a URL longer than can be forwarded: 414 before any work
+            too_long = url_problem(request.data.path, request.host, lambda: request.url)
+            if too_long is not None:
+                flow.response = error_response(414, f"stbproxy: {too_long}")
 
     def client_disconnected(self, client) -> None:
         self._tunnel_sessions.pop(client.id, None)
@@ -215,6 +222,7 @@ class StbAddon:
         fallback = self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
         return completed(spec, fallback), headers
 
+    @cancelled_on_reset  # HTTP/2 and 3: a stream its client resets is answered no further (h2_guard.py)
     async def request(self, flow: http.HTTPFlow) -> None:
         watched = self.watched(flow.client_conn)
         if watched is not None:
@@ -464,6 +472,7 @@ def settings_from_options(opts) -> Settings:
         max_headers=opts.stb_max_headers,
         max_header_bytes=opts.stb_max_header_bytes,
         max_request_body=opts.stb_max_request_body,
+        max_upstream_body=opts.stb_max_upstream_body,
         head_timeout=checked("stb_head_timeout", parse_timeout),
         idle_timeout=checked("stb_idle_timeout", parse_timeout),
         max_connections=opts.stb_max_connections,
