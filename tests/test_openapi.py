@@ -198,6 +198,19 @@ def test_the_specs_api_key_is_secret_never_keyed(catalog, tmp_path):
     assert "appid" in Settings(store=store).key_rules().secret_fields
 
 
+def test_a_secret_echoed_into_another_argument_enters_no_key(catalog):
+    """A client that writes its own key into an ordinary argument too (a query value, the
+    body): the value is REDACTED before it is keyed, as keys.canonical does for plain HTTP."""
+    def with_key(secret: str):
+        return call(catalog, "POST", f"{PETS}/pets?status={secret}",
+                    json.dumps({"name": "Zed", "tag": f"owner {secret}"}).encode(),
+                    [("content-type", "application/json"), ("x-api-key", secret)])
+
+    one, other = with_key("sk-live-aaaa1111bbbb"), with_key("sk-live-cccc2222dddd")
+    assert one.key == other.key
+    assert one.args == {"status": "REDACTED", "name": "Zed", "tag": "owner REDACTED"}
+
+
 # -- checking real answers -----------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from stbproxy import json_schema, jsonsafe
+from stbproxy import json_schema, jsonsafe, redact
 from stbproxy.keys import KeyRules, canonical_body, is_json_type
 from stbproxy.models import Request, Response
 from stbproxy.openapi.catalog import OpenApiCatalog
@@ -179,9 +179,15 @@ def answer_problem(op: Operation, response: Response) -> str | None:
 
 def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
     """The call's named arguments (path, query, declared headers and cookies, a JSON body's
-    members), the undeclared query parameters, and what its key is made of."""
+    members), the undeclared query parameters, and what its key is made of. A secret value
+    of the request met anywhere else in it (an echo in a query value, the body) is REDACTED
+    there first, as keys.canonical does: no key holds a secret, even hashed."""
+    secrets = redact.secret_values(request, rules)
     query = [(k, v) for k, v in parse_qsl(urlsplit(request.url).query, keep_blank_values=True)
              if k.lower() not in rules.unkeyed_fields]
+    if secrets:
+        path_args = {k: redact.scrub_text(v, secrets) if isinstance(v, str) else v for k, v in path_args.items()}
+        query = [(redact.scrub_text(k, secrets), redact.scrub_text(v, secrets)) for k, v in query]
     query.sort(key=lambda pair: pair[0])
     declared = {p.name for p in op.parameters if p.where == "query"}
     undeclared = sorted({k for k, _ in query if k not in declared})
@@ -191,10 +197,10 @@ def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
         if p.where == "header" and p.name.lower() not in rules.secret_headers:
             value = request.header(p.name)
             if value is not None:
-                headers[p.name.lower()] = value
+                headers[p.name.lower()] = redact.scrub_text(value, secrets) if secrets else value
         elif p.where == "cookie" and p.name.lower() in cookies and p.name.lower() not in rules.unkeyed_fields:
             headers[f"cookie:{p.name}"] = cookies[p.name.lower()]
-    body_kind, body = canonical_body(request.body, request.header("content-type"), rules)
+    body_kind, body = canonical_body(request.body, request.header("content-type"), rules, secrets)
     args: dict[str, Any] = {**path_args, **dict(query), **headers}
     if body_kind == "json":
         value = json.loads(body)  # the canonical text: secret and volatile members already out
