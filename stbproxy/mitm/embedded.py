@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import re
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -74,6 +76,17 @@ def _mend_http1(max_request_body: int) -> None:
                                                              "lines before it may go unanswered"))
         return
     internals.mend_http1_server(own_error_answers(max_request_body))
+
+
+def _guard_http2() -> None:
+    """mitmproxy's HTTP/2 server layer keeps each connection to its share (h2_guard.py); without
+    the names that takes, it stays as it is."""
+    missing = internals.changed(internals.HTTP2_SERVER)
+    if missing:
+        log.warning("%s", internals.changed_message(missing, "HTTP/2 clients are not kept to their share of the "
+                                                             "proxy (rapid reset)"))
+        return
+    internals.guard_http2()
 
 
 class _CoalescingWriter:
@@ -259,6 +272,7 @@ async def serve(
     if lean:
         internals.skip_message_checks()
     _mend_http1(stb_options.get("stb_max_request_body", DEFAULT_MAX_REQUEST_BODY))
+    _guard_http2()
     hooks = hooks or ServeHooks()
     internals.replace_listen(_listen)
     _listen.reuse_port = hooks.reuse_port
@@ -308,8 +322,10 @@ async def serve(
                                              settings.max_connections))
     _listen.watch = stb.connections = watch
     watching = loop.create_task(watch.run())
+    stop_watch = StopWatch()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
+        stop_watch.arm_on(sig)
     startup.watch()
     try:
         await master.run()
@@ -320,9 +336,12 @@ async def serve(
             await stopping[0]
         if stb.runtime is not None:  # start-up stopped before mitmproxy's done hook
             await stb.done()
-    # Client connections still open are cancelled by asyncio.run's cleanup, and asyncio's
-    # stream callbacks report each such cancellation as an error: expected at shutdown.
+        stop_watch.closed = stb.close_error is None
+    # Client connections still open are cancelled here, within the stop watch's grace, and
+    # asyncio's stream callbacks report each such cancellation as an error: expected now.
     loop.set_exception_handler(_quiet_about_cancelled)
+    await _cut_off_the_rest(STOP_GRACE)
+    stop_watch.disarm()
     if startup.failure:
         raise ConfigError(startup.failure)
     if stb.close_error is not None:
@@ -335,6 +354,70 @@ async def _stop(hooks: ServeHooks, master: Master) -> None:
             await hooks.stopping()
     finally:
         master.shutdown()
+
+
+# -- stopping within a bound ----------------------------------------------------------------------
+
+
+STOP_GRACE = 15.0  # seconds from SIGTERM (or Ctrl-C) to the end of the process, whatever it is doing
+
+
+class StopWatch:
+    """Ends the process STOP_GRACE seconds after the first stop signal if it has not ended by
+    then. The event loop may be too busy to stop in time (thousands of upstream calls queued in
+    httpx's pool, where each call's arrival and departure costs time in proportion to all the
+    others), so the watch is a thread, armed by a signal handler that runs whatever the loop
+    is doing. Cut short, the store is as after kill -9: every acknowledged answer is in
+    RocksDB's write-ahead log."""
+
+    def __init__(self, grace: float = STOP_GRACE, exit=os._exit) -> None:
+        self.grace = grace
+        self.closed = False  # the store was flushed and closed: only open connections are left
+        self._exit = exit
+        self._armed: threading.Thread | None = None
+        self._done = threading.Event()
+
+    def arm_on(self, sig: int) -> None:
+        """Arm on ``sig``, before the handler already there (asyncio's, which wakes the loop)."""
+        before = signal.getsignal(sig)
+
+        def handler(signum, frame) -> None:
+            self.arm()
+            if callable(before):
+                before(signum, frame)
+
+        signal.signal(sig, handler)
+
+    def arm(self) -> None:
+        if self._armed is None:
+            self._armed = threading.Thread(target=self._watch, name="stbproxy stop watch", daemon=True)
+            self._armed.start()
+
+    def disarm(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.grace):
+            return
+        if self.closed:
+            log.warning("stbproxy: stopped %g s after the signal with connections still open; the store was "
+                        "flushed and closed", self.grace)
+            self._exit(0)
+        else:
+            log.error("stbproxy: could not stop within %g s of the signal (the event loop is busy); stopped at "
+                      "once: the store keeps every answer it acknowledged (its write-ahead log)", self.grace)
+            self._exit(1)
+
+
+async def _cut_off_the_rest(grace: float) -> None:
+    """Cancel what is still running once the proxy has stopped (connections, answers nobody will
+    read), while the stop watch runs: asyncio.run would otherwise do it after serve, unwatched."""
+    current = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not current and not task.done()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        await asyncio.wait(rest, timeout=grace)
 
 
 def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:

@@ -14,6 +14,7 @@ from typing import Callable
 from mitmproxy import exceptions, http
 from mitmproxy.net.http import http1
 
+from stbproxy.mitm.framing import without_hop_by_hop
 from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.models import Request, Response
 from stbproxy.recent import Recent
@@ -33,11 +34,13 @@ def header_items(flow: http.HTTPFlow) -> tuple[tuple[str, str], ...]:
 
 
 def request_from_flow(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...] | None = None) -> Request:
+    """The request as the engine keys and forwards it: without the header fields its Connection
+    field names, which are the client's connection's own (RFC 9110 7.6.1)."""
     req = flow.request
     return Request(
         method=req.method,
         url=req.url,
-        headers=header_items(flow) if headers is None else headers,
+        headers=without_hop_by_hop(header_items(flow) if headers is None else headers),
         body=req.raw_content or b"",
     )
 

@@ -20,16 +20,27 @@ fast lanes (fast_lane.py, plain_http.py, tunnel_lane.py):
 listening (always needed; mitmproxy's listen is replaced):
   mode_servers.RegularInstance.listen, mode_servers.ServerInstance.handle_stream
 the HTTP/1 server layer (both lanes hand chunked and odd requests to it):
-  layers.http._http1.Http1Server.read_headers, .read_body, .buf, .body_reader
-                                             empty lines before a request skipped, a
-                                             trailer dropped, broken framing answered 400
+  layers.http._http1.Http1Server.read_headers, .read_body, .buf, .body_reader, .request,
+  .stream_id, .done, layers.http._base.ReceiveHttp
+                                             empty lines before a request skipped, a head
+                                             with bytes mitmproxy's reader drops silently
+                                             answered 400, a transfer coding the proxy does
+                                             not apply 501, chunks read strictly (framing.py),
+                                             a trailer dropped, broken framing answered 400
   layers.http._http1.make_error_response     mitmproxy's own error answers, labelled as the
                                              proxy's (X-Stb-Source: error)
+the HTTP/2 server layer (h2_guard.py: rapid reset and its kin):
+  layers.http._http2.Http2Server._handle_event, .handle_h2_event, .h2_conn, .streams,
+  .is_closed, .close_connection, .done, StreamState
+                                             frames read a few at a time, streams bounded,
+                                             resets spent from a budget (and never lost), GOAWAY
+  layers.http.HttpLayer.streams, HttpStream.flow
+                                             the flows of a connection's streams
 
 When a lean-master or fast-lane name is missing (another mitmproxy version), ``serve``
 runs as with ``--no-fast-lane`` on mitmproxy's own master, with one warning; a missing
-listening name stops it with one line; a missing HTTP/1 server name leaves mitmproxy's own
-reading of requests in place, with one warning.
+listening name stops it with one line; a missing HTTP/1 or HTTP/2 server name leaves
+mitmproxy's own reading of requests in place, with one warning.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ class Internal:
     owner: str | None  # a class of that module, or None for a module-level name
     name: str
     per_instance: bool = False
+    set_in: str = "__init__"  # the method that sets a per-instance name
 
     def __str__(self) -> str:
         return f"{self.module}.{self.owner + '.' if self.owner else ''}{self.name}"
@@ -72,9 +84,9 @@ class Internal:
             holder = getattr(holder, self.owner, None)
             if holder is None:
                 return False
-        if self.per_instance:  # set in __init__: an attribute store names it in the code
-            init = getattr(holder, "__init__", None)
-            return self.name in getattr(getattr(init, "__code__", None), "co_names", ())
+        if self.per_instance:  # set in a method (__init__): an attribute store names it in the code
+            setter = inspect.unwrap(getattr(holder, self.set_in, None))  # below mitmproxy's @expect
+            return self.name in getattr(getattr(setter, "__code__", None), "co_names", ())
         return hasattr(holder, self.name)
 
 
@@ -101,11 +113,28 @@ HTTP1_SERVER = (
     Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "read_headers"),
     Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "read_body"),
     Internal("mitmproxy.proxy.layers.http._http1", "Http1Connection", "buf", per_instance=True),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Connection", "request"),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Connection", "stream_id"),
+    Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "done"),
+    Internal("mitmproxy.proxy.layers.http._base", None, "ReceiveHttp"),
     Internal("mitmproxy.proxy.layers.http._http1", "Http1Server", "mark_done"),
     Internal("mitmproxy.proxy.layers.http._http1", None, "make_body_reader"),
     Internal("mitmproxy.proxy.layers.http._http1", None, "make_error_response"),
 )
-EVERY = LEAN_MASTER + FAST_LANE + LISTENING + HTTP1_SERVER
+HTTP2_SERVER = (
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Server", "_handle_event"),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Server", "handle_h2_event"),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Connection", "h2_conn", per_instance=True),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Connection", "streams", per_instance=True),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Connection", "is_closed"),
+    Internal("mitmproxy.proxy.layers.http._http2", "StreamState", "HEADERS_RECEIVED"),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Connection", "close_connection"),
+    Internal("mitmproxy.proxy.layers.http._http2", "Http2Connection", "done"),
+    Internal("mitmproxy.proxy.layers.http", "HttpLayer", "streams", per_instance=True),
+    Internal("mitmproxy.proxy.layers.http", "HttpStream", "flow", per_instance=True,
+             set_in="state_wait_for_request_headers"),
+)
+EVERY = LEAN_MASTER + FAST_LANE + LISTENING + HTTP1_SERVER + HTTP2_SERVER
 
 
 def changed(internals: tuple[Internal, ...] = EVERY) -> list[Internal]:
@@ -255,11 +284,16 @@ class StandIn(layer.Layer):
 
 
 def mend_http1_server(error_response: Callable[[int, str], bytes]) -> None:
-    """Three answers mitmproxy 11's HTTP/1 server layer does not give, and its error answers
+    """The answers mitmproxy 11's HTTP/1 server layer does not give, and its error answers
     in stbproxy's form (``error_response(status, message)``: the bytes of a whole answer):
 
     - empty lines before a request line are skipped (RFC 9112 2.2); mitmproxy waits for
       more bytes after them, and the client waits for an answer, forever;
+    - a head with bytes mitmproxy's reader drops without a word (VT, FF or a bare CR at a
+      header value's end, in the request line) is answered 400, a transfer coding besides
+      chunked 501 (framing.py); mitmproxy reads them as if they were not there;
+    - chunks are read strictly (framing.ChunkedReader: h11 0.14 takes any two bytes after a
+      chunk's data for its CRLF);
     - a chunked body's trailer section is dropped (RFC 9110 6.5.1 allows it); mitmproxy
       raises, logs a crash and never answers;
     - a body whose framing is broken (a bad chunk size, a chunk without its CRLF) is answered
@@ -271,13 +305,52 @@ def mend_http1_server(error_response: Callable[[int, str], bytes]) -> None:
     def read_headers(self, event):
         if isinstance(event, events.DataReceived):
             _skip_empty_lines(self.buf)
-            if not len(self.buf):
-                return  # nothing but empty lines yet
+            if len(self.buf):  # not only empty lines
+                yield from _read_request_head(self, event)
+            return
         yield from reading_headers(self, event)
 
     _http1.Http1Server.read_headers = read_headers
     _http1.Http1Server.read_body = _read_request_body
     _http1.make_error_response = error_response
+
+
+def _read_request_head(self, event: events.DataReceived):
+    """Http1Server.read_headers for received bytes: mitmproxy's, but for framing.py's refusals
+    (before mitmproxy's reader hides what they look at) and a strict chunked reader."""
+    from mitmproxy.net.http import http1
+    from mitmproxy.proxy.layers.http import RequestHeaders, RequestProtocolError, _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+    from mitmproxy.utils import human
+
+    from stbproxy.mitm import framing
+
+    head = self.buf.maybe_extract_lines()
+    if not head:
+        return  # the rest of the head is still to come
+    lines = [bytes(line) for line in head]
+    refusal = framing.head_refusal(lines)
+    try:
+        if refusal is not None:
+            raise ValueError(refusal[1])
+        self.request = http1.read_request_head(lines)
+        expected_body_size = http1.expected_http_body_size(self.request)
+    except ValueError as exc:
+        status = refusal[0] if refusal is not None else 400
+        yield commands.SendData(self.conn, _http1.make_error_response(status, str(exc)))
+        yield commands.CloseConnection(self.conn)
+        if self.request:  # as mitmproxy does: the flow shows what was refused
+            yield ReceiveHttp(RequestHeaders(self.stream_id, self.request, False))
+            yield ReceiveHttp(RequestProtocolError(self.stream_id, str(exc), status))
+        else:
+            yield commands.Log(f"{human.format_address(self.conn.peername)}: {exc}")
+        self.state = self.done
+        return
+    yield ReceiveHttp(RequestHeaders(self.stream_id, self.request, expected_body_size == 0))
+    self.body_reader = (framing.ChunkedReader() if expected_body_size is None
+                        else _http1.make_body_reader(expected_body_size))
+    self.state = self.read_body
+    yield from self.state(event)
 
 
 def _skip_empty_lines(buf) -> None:
@@ -320,3 +393,136 @@ def _read_request_body(self, event: events.Event):
                 yield ReceiveHttp(self.ReceiveEndOfMessage(self.stream_id))
             yield from self.mark_done(request=True)
             return
+
+
+# -- mitmproxy's HTTP/2 server layer, guarded (h2_guard.py) ------------------------------------
+
+
+def guard_http2() -> None:
+    """mitmproxy's HTTP/2 server layer with the bounds of h2_guard.py: frames read a few at a
+    time (the rest on the next turn of the event loop), a reset stream's answer cancelled,
+    streams past MAX_STREAMS refused, and GOAWAY ENHANCE_YOUR_CALM for a client that resets
+    streams past its budget or sends frames faster than they can be read."""
+    from mitmproxy.proxy.layers.http import _http2
+
+    if getattr(_http2.Http2Server, "_stb_guarded", False):
+        return  # once per process (serve may run more than once in one)
+    handling = _http2.Http2Server._handle_event
+    handling_h2 = _http2.Http2Server.handle_h2_event
+
+    def _handle_event(self, event):
+        guard = _h2_guard_of(self)
+        if isinstance(event, events.DataReceived):
+            guard.unread += event.data
+            if guard.wakeup is None:
+                yield from _h2_read_turn(self, guard, handling)
+        elif isinstance(event, events.Wakeup):
+            if event.command is guard.wakeup:  # the next turn of frames waiting
+                guard.wakeup = None
+                yield from _h2_read_turn(self, guard, handling)
+        else:
+            if isinstance(event, events.ConnectionClosed):  # nobody is left to answer
+                guard.unread.clear()
+                _h2_cancel_all(guard)
+            yield from handling(self, event)
+
+    def handle_h2_event(self, event):
+        import h2.errors
+        import h2.events
+
+        from stbproxy.mitm import h2_guard
+
+        if isinstance(event, h2.events.RequestReceived):
+            guard = _h2_guard_of(self)
+            if self.is_closed(event.stream_id) or event.stream_id in guard.doomed:
+                return False  # reset in the same frames, or its reset is waiting: nobody wants the answer
+            if _h2_answering(guard) >= h2_guard.MAX_STREAMS:
+                self.h2_conn.reset_stream(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+                if guard.resets.spend():
+                    return False
+                yield from _h2_calm_down(self, guard, f"opened more than {h2_guard.MAX_STREAMS} streams at once")
+                return True
+        elif isinstance(event, h2.events.StreamReset) and event.remote_reset:
+            guard = _h2_guard_of(self)
+            guard.doomed.discard(event.stream_id)
+            stream = guard.http_layer.streams.get(event.stream_id)
+            if stream is not None and getattr(stream, "flow", None) is not None:
+                h2_guard.cancel(stream.flow)
+                if stream.flow.live and event.stream_id not in self.streams:
+                    # mitmproxy forgets a stream whose request ended in the frames that also
+                    # reset it, and so never tells it of the reset: it would be answered in full
+                    self.streams[event.stream_id] = _http2.StreamState.HEADERS_RECEIVED
+            if not guard.resets.spend():
+                yield from handling_h2(self, event)  # its stream ends as any reset one does
+                yield from _h2_calm_down(self, guard, f"reset more than {h2_guard.RESET_BURST} streams at once or "
+                                                      f"{h2_guard.RESETS_PER_SECOND:g} a second")
+                return True
+        return (yield from handling_h2(self, event))
+
+    _http2.Http2Server._handle_event = _handle_event
+    _http2.Http2Server.handle_h2_event = handle_h2_event
+    _http2.Http2Server._stb_guarded = True
+
+
+def _h2_guard_of(server):
+    """The h2_guard.ConnectionGuard of one Http2Server layer, made on first use."""
+    guard = getattr(server, "_stb_guard", None)
+    if guard is None:
+        from mitmproxy.proxy.layers.http import HttpLayer
+
+        from stbproxy.mitm.h2_guard import ConnectionGuard
+
+        guard = server._stb_guard = ConnectionGuard()
+        guard.http_layer = next(item for item in reversed(server.context.layers) if isinstance(item, HttpLayer))
+    return guard
+
+
+def _h2_read_turn(server, guard, handling):
+    """Hand h2 the next few frames; ask to be woken for the rest on the next turn."""
+    from stbproxy.mitm.h2_guard import MAX_UNREAD
+
+    if len(guard.unread) > MAX_UNREAD:
+        yield from _h2_calm_down(server, guard, f"sent frames faster than they can be read ({MAX_UNREAD} bytes waiting)")
+        return
+    yield from handling(server, events.DataReceived(server.conn, guard.next_frames()))
+    if guard.unread and server._handle_event != server.done:  # still open, with frames waiting
+        guard.wakeup = commands.RequestWakeup(0)
+        yield guard.wakeup
+
+
+def _h2_answering(guard) -> int:
+    """The connection's streams being answered (reset ones included until their answer has
+    stopped); streams mitmproxy has finished with but keeps (killed ones) are let go."""
+    streams = guard.http_layer.streams
+    live = 0
+    for stream_id, stream in list(streams.items()):
+        flow = getattr(stream, "flow", None)
+        if flow is None or flow.live:
+            live += 1
+        else:
+            del streams[stream_id]
+    return live
+
+
+def _h2_cancel_all(guard) -> None:
+    from stbproxy.mitm.h2_guard import cancel
+
+    if guard.http_layer is not None:
+        for stream in list(guard.http_layer.streams.values()):
+            if getattr(stream, "flow", None) is not None:
+                cancel(stream.flow)
+
+
+def _h2_calm_down(server, guard, why: str):
+    """GOAWAY with ENHANCE_YOUR_CALM, every answer of the connection cancelled, and the
+    connection closed (mitmproxy's own close: its streams end as closed ones do)."""
+    import h2.errors
+
+    from stbproxy.mitm.h2_guard import note_calmed
+
+    guard.unread.clear()
+    _h2_cancel_all(guard)
+    note_calmed(server.conn.peername, why)
+    server.h2_conn.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, f"stbproxy: the client {why}".encode())
+    yield commands.SendData(server.conn, server.h2_conn.data_to_send())
+    yield from server.close_connection(f"HTTP/2 client {why}")

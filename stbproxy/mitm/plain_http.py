@@ -18,6 +18,7 @@ from mitmproxy.net.http.url import parse_authority
 from mitmproxy.net.http.validate import parse_content_length
 from mitmproxy.proxy.layers.http import HTTPMode, validate_request
 
+from stbproxy.mitm.framing import hides_bytes
 from stbproxy.recent import Recent
 
 MAX_BODY = 1 << 20  # larger bodies take mitmproxy's path (which may stream them)
@@ -69,6 +70,8 @@ def plain_request(head: bytes, validate_headers: bool, destination: tuple[str, i
     mitmproxy's header lookups walk every field each time, so the checks below look at the
     lower-cased field names once, and ask mitmproxy's own functions where the answer is not
     plain (several Content-Length or Host fields, a Connection field)."""
+    if hides_bytes(head):
+        return None  # bytes mitmproxy's reader would drop unseen: its HTTP/1 layer answers 400 (framing.py)
     lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
     if not lines or not lines[0]:
         return None  # a leading blank line: mitmproxy skips it in its own way
@@ -159,7 +162,7 @@ def connect_request(head: bytes, validate_headers: bool) -> http.Request | None:
     """The CONNECT request mitmproxy would read from ``head``, when it is of the plain kind:
     HTTP/1.1, authority-form, no body, Expect or Upgrade, a head mitmproxy accepts."""
     lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
-    if not lines or not lines[0].startswith(b"CONNECT "):
+    if not lines or not lines[0].startswith(b"CONNECT ") or hides_bytes(head):
         return None
     try:
         request = http1.read_request_head(lines)

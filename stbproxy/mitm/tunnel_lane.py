@@ -107,6 +107,7 @@ class Tunnel:
         self.closed = False
         self._lock = asyncio.Lock()
         self._wakeups: set[asyncio.Task] = set()
+        self._hooks: set[asyncio.Task] = set()  # hooks of an HTTP/2 connection's streams, each on its own
 
     async def run(self, request: http.Request, head: bytes, rest: bytes) -> bool | None:
         """Answer the CONNECT ``request`` (its bytes: ``head``; read after it: ``rest``).
@@ -287,9 +288,22 @@ class Tunnel:
                         if reply is not None:
                             batches.append(self.top.handle_event(reply))
                 for hook in hooks:
+                    if self.client.alpn == b"h2":  # as mitmproxy runs them: no stream holds the others, nor their resets
+                        self._on_its_own(hook)
+                        continue
                     await self._hook(hook)
                     if hook.blocking:
                         batches.append(self.top.handle_event(events.HookCompleted(hook)))
+
+    def _on_its_own(self, hook: commands.StartHook) -> None:
+        task = asyncio.get_running_loop().create_task(self._hook_then_resume(hook))
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
+
+    async def _hook_then_resume(self, hook: commands.StartHook) -> None:
+        await self._hook(hook)
+        if hook.blocking:
+            await self.run_commands(self.top.handle_event(events.HookCompleted(hook)))
 
     def _execute(self, command: commands.Command) -> events.Event | None:
         """Carry out a command; an event to send back, if it needs one."""
