@@ -2,7 +2,8 @@
 
 Scripts (each docstring says what it measures and against which baseline):
 - reliability.py: load, kill -9, hostile input and a full disk;
-- fuzz_proxy.py: the larger per-lane fuzz run of hostile requests (issue 24, item 10).
+- fuzz_proxy.py: the larger per-lane fuzz run of hostile requests (issue 24, item 10);
+- h2_flood.py: another client's latency during an HTTP/2 rapid-reset flood, and SIGTERM under it.
 
 The fuzz kit, one job per module (also used by the fuzz tests):
 - fuzzkit.py: ``Case``, the seeded hostile content of ``cases()`` and ``send()``;

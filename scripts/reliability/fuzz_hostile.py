@@ -4,11 +4,13 @@ Each class (issue 24, items 5-8) is a function ``(rng, destinations, number) -> 
 makes one valid request (fuzz_carriers.py) hostile: non-UTF-8 or NUL bytes in the method, path
 or header fields, bare CRs, obsolete line folding, chunked coding with trailers, bad sizes or
 extensions, a blank line first, conflicting or huge Content-Lengths, a client that leaves
-mid-request, and seeded byte flips, truncations and duplicated bytes. ``content`` reuses the
-hostile content of fuzzkit.py. Each case is labelled with its class and with what its client
-may expect: an answer (ANSWER), an answer or a close (ANY: the client half-closes after bytes
-whose framing is unknown) or nothing (LEFT: the client leaves). ``CLASSES`` maps each class to
-its maker and weight; ``hostile_cases`` yields endless cases numbered from 1, the same for the
+mid-request, and seeded byte flips, truncations and duplicated bytes; and (issue 38, item 12)
+chunk data not followed by CRLF, framing fields with bytes mitmproxy's reader strips unseen and
+transfer codings besides chunked (``REFUSED_CLASSES``: refused, never forwarded). ``content``
+reuses the hostile content of fuzzkit.py. Each case is labelled with its class and with what its
+client may expect: an answer (ANSWER), an answer or a close (ANY: the client half-closes after
+bytes whose framing is unknown) or nothing (LEFT: the client leaves). ``CLASSES`` maps each class
+to its maker and weight; ``hostile_cases`` yields endless cases numbered from 1, the same for the
 same seed and ports.
 """
 
@@ -134,6 +136,34 @@ def case_chunk_ext(rng, ctx, n):
     ext = rng.choice([b";a=b", b";a", b';a="q d"', b";a=b;c=d", b" ;a=b"])
     chunks = chunked(req.body, ext=ext, pieces=rng.randint(1, 3))
     return req.case("chunk-ext", req.wire(framing="chunked", chunks=chunks))
+
+
+def case_chunk_no_crlf(rng, ctx, n):
+    """Chunk data not followed by CRLF (h11 0.14 took any two bytes there: CVE-2025-43859)."""
+    req = carrier(rng, ctx, n, ("proxy", "virtual", "tunnel"), body=True)
+    piece = req.body[:5]
+    after = rng.choice([b"XX", b"\n", b"\r", b"X\r\n", b"\r\r", b""])  # "": the next size line at once
+    chunks = b"%x\r\n%s%s0\r\n\r\n" % (len(piece), piece, after)
+    return req.case("chunk-no-crlf", req.wire(framing="chunked", chunks=chunks))
+
+
+def case_hidden_framing(rng, ctx, n):
+    """A framing field with a byte mitmproxy's reader strips unseen (VT, FF, a bare CR at a value's end)."""
+    req = carrier(rng, ctx, n, ("proxy", "virtual", "tunnel"), body=True)
+    byte = rng.choice([b"\x0b", b"\x0c", b"\r"])
+    if rng.random() < 0.5:
+        line = b"Transfer-Encoding: " + (b"chunked" + byte if byte == b"\r" or rng.random() < 0.5 else byte + b"chunked")
+        body = chunked(req.body)
+    else:
+        line, body = b"Content-Length: %d%s" % (len(req.body), byte), req.body
+    return req.case("hidden-framing", req.head([line]) + b"\r\n\r\n" + body)
+
+
+def case_transfer_coding(rng, ctx, n):
+    """A transfer coding besides chunked, which the proxy does not apply (answered 501)."""
+    req = carrier(rng, ctx, n, ("proxy", "virtual", "tunnel"), body=True)
+    coding = rng.choice([b"gzip, chunked", b"deflate,chunked", b"compress , chunked", b"x-fuzz, chunked"])
+    return req.case("transfer-coding", req.head([b"Transfer-Encoding: " + coding]) + b"\r\n\r\n" + chunked(req.body))
 
 
 def case_blank_line(rng, ctx, n):
@@ -278,6 +308,8 @@ def case_content(rng, ctx, n):
     return Case("own", raw, "content", ANSWER)
 
 
+# classes whose every case the proxy must refuse (400, or 501 for a coding) without forwarding it
+REFUSED_CLASSES = ("chunk-no-crlf", "hidden-framing", "transfer-coding")
 # class -> (maker, weight); the weights favour what costs the proxy little, so thousands fit in seconds
 CLASSES = {
     "content": (case_content, 14), "valid": (case_valid, 6),
@@ -285,6 +317,8 @@ CLASSES = {
     "nonutf8-header": (case_nonutf8_header, 4), "nul-header": (case_nul_header, 4), "bare-cr": (case_bare_cr, 4),
     "obs-fold": (case_obs_fold, 4), "nul-path": (case_nul_path, 4), "chunked-trailer": (case_chunked_trailer, 4),
     "chunk-bad-size": (case_chunk_bad_size, 5), "chunk-ext": (case_chunk_ext, 3),
+    "chunk-no-crlf": (case_chunk_no_crlf, 3), "hidden-framing": (case_hidden_framing, 3),
+    "transfer-coding": (case_transfer_coding, 2),
     "blank-line-first": (case_blank_line, 4), "left-mid-body": (case_left_mid_body, 4),
     "left-mid-chunk": (case_left_mid_chunk, 3), "huge-length-left": (case_huge_length, 2),
     "left-before-answer": (case_left_before_answer, 2), "duplicate-length": (case_duplicate_length, 3),

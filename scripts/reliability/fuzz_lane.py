@@ -2,8 +2,9 @@
 
 ``fuzz_lane`` starts ``stbproxy serve`` in one lane (``LANES``: the fast lane, serve's default,
 or --no-fast-lane, mitmproxy's own layers) with a ``FuzzUpstream`` (fuzz_upstream.py), sends it
-``hostile_cases`` (fuzz_hostile.py) through fuzz_runner.py, checks that an ordinary proxied GET,
-a /virtual call and a GET inside a tunnel still work (``still_serving``), stops it and scans its
+``hostile_cases`` (fuzz_hostile.py) through fuzz_runner.py, checks that the framings to refuse were
+refused and never forwarded (``refused_framing``) and that an ordinary proxied GET, a /virtual
+call and a GET inside a tunnel still work (``still_serving``), stops it and scans its
 log for tracebacks, "mitmproxy has crashed" and "internal error" (``log_problems``). The
 ``LaneRun`` it returns says whether the lane passed and prints the report that
 scripts/reliability/fuzz_proxy.py and tests/test_fuzz_proxy.py show.
@@ -20,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from scripts.reliability.fuzz_carriers import CASE_TAG
-from scripts.reliability.fuzz_hostile import hostile_cases
+from scripts.reliability.fuzz_hostile import REFUSED_CLASSES, hostile_cases
 from scripts.reliability.fuzz_judge import FINE, Result
 from scripts.reliability.fuzz_runner import run_case, run_cases
 from scripts.reliability.fuzz_upstream import FuzzUpstream, make_tls
@@ -142,6 +143,15 @@ async def still_serving(port: int, upstream: FuzzUpstream, mode: str,
     return checks
 
 
+def refused_framing(results: list[Result], upstream: FuzzUpstream) -> tuple[str, bool, str]:
+    """Every case of REFUSED_CLASSES refused (a 4xx, or 501) and none of them forwarded: each
+    is framing that another reader would take otherwise (request smuggling)."""
+    cases = [r for r in results if r.case.cls in REFUSED_CLASSES and r.status is not None]
+    wrong = [r for r in cases if not (400 <= r.status < 500 or r.status == 501) or upstream.reached(r.case.number)]
+    return (f"the {len(cases)} framings to refuse refused, none forwarded", not wrong,
+            wrong[0].describe() if wrong else "")
+
+
 async def _fuzz_lane(folder, lane: str, *, seed: int, seconds: float, max_cases: int, concurrency: int,
                      timeout: float, classes: list[str] | None, tls: bool, mode: str, extra_args: tuple[str, ...]):
     from pathlib import Path
@@ -163,7 +173,7 @@ async def _fuzz_lane(folder, lane: str, *, seed: int, seconds: float, max_cases:
         results = await run_cases(proxy.port, generated, upstream, seconds=seconds, max_cases=max_cases,
                                   concurrency=concurrency, timeout=timeout, client_tls=client_tls, timing=timing)
         elapsed = time.monotonic() - started
-        checks = await still_serving(proxy.port, upstream, mode, client_tls)
+        checks = [refused_framing(results, upstream)] + await still_serving(proxy.port, upstream, mode, client_tls)
     finally:
         await asyncio.to_thread(proxy.stop)
         await upstream.stop()
