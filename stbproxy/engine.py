@@ -48,7 +48,7 @@ from stbproxy.stb import validity
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.forensics import drift
-from stbproxy.forensics.naming import Fork, SessionRef, session_ref, trial_key
+from stbproxy.forensics.naming import Fork, SessionRef, session_ref, shared_key, trial_key, view_key
 from stbproxy.forensics.playback import Played, Recordings, SessionPlayback
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
@@ -184,7 +184,7 @@ class Engine:
         """The calling rules for one routed call (HTTP proxy and /virtual alike); ``session``:
         the session string a request names (forensics/naming.py)."""
         ref = self.session_of(session)
-        call = self.in_trial(call, ref)
+        call = self.scoped(call, ref)
         if not call.keep:
             return await self._run(call, ref, self._passed_on)
         if self.playback.involves(ref):
@@ -199,11 +199,18 @@ class Engine:
     def session_of(self, session: str | None) -> SessionRef | None:
         return session_ref(session) if session else None
 
-    def in_trial(self, call: Call, ref: SessionRef | None) -> Call:
-        """An agent's own LLM call is keyed per trial (its sampling differs); tool calls are not."""
-        if ref is None or ref.trial is None or not self.kinds.of(call).keyed_per_trial:
+    def scoped(self, call: Call, ref: SessionRef | None) -> Call:
+        """The call keyed for its session: an agent's own LLM call per trial (its sampling
+        differs; tool calls are not), and every call kept in the session's view of the store
+        (a user's, a credential's), whose answers stay that view's own: never written to the
+        shared tier, whose proxies have other salts. Applied twice it changes nothing."""
+        if ref is None:
             return call
-        return replace(call, key=trial_key(call.key, ref.trial))
+        if ref.trial is not None and self.kinds.of(call).keyed_per_trial:
+            call = replace(call, key=trial_key(call.key, ref.trial))
+        if ref.view is not None and call.keep:
+            call = replace(call, key=view_key(call.key, ref.view), private=True)
+        return call
 
     async def _run(self, call: Call, ref: SessionRef | None, how: Callable[[Call], Awaitable[Answer]],
                    note: Mapping | None = None) -> Answer:
@@ -247,10 +254,9 @@ class Engine:
         if mode is Mode.VERIFY:
             return await self._verify(call)
         if mode is not Mode.RECORD:
-            hit = self._hit(call.key)
-            if hit is None:
-                stored = await self.store.fetch(call.key)  # a tier behind the local one, if any
-                hit = self._cached(call.key, stored) if stored is not None else None
+            hit = await self._lookup(call.key)
+            if hit is None and shared_key(call.key) != call.key:  # a view sees the shared part too
+                hit = await self._lookup(shared_key(call.key))
             if hit is not None:
                 if self.refreshes(hit):
                     return await self._shared(call.key, lambda: self._refresh(call, hit))
@@ -258,6 +264,22 @@ class Engine:
         if mode is Mode.REPLAY:
             return self._replay_miss(call)
         return await self._shared(call.key, lambda: self._miss_once(call))
+
+    async def _lookup(self, key: str) -> Answer | None:
+        """The stored answer of ``key``: this process's, else a tier behind it."""
+        hit = self._hit(key)
+        if hit is None:
+            stored = await self.store.fetch(key)  # a tier behind the local one, if any
+            hit = self._cached(key, stored) if stored is not None else None
+        return hit
+
+    def local_hit(self, key: str) -> Answer | None:
+        """A hit in this process's store alone: the key's own, else (for a view's call) the
+        shared part's."""
+        hit = self._hit(key)
+        if hit is None and shared_key(key) != key:
+            hit = self._hit(shared_key(key))
+        return hit
 
     def refreshes(self, hit: Answer) -> bool:
         """Whether a hit asks the real API again (a simulated answer, with refresh_simulated)."""

@@ -251,6 +251,22 @@ def stb_keys_of(key: str) -> str | None:
     return EXACT if key.rpartition("/")[2].startswith(EXACT_MARK) else CANONICAL
 
 
+# Header fields that are the proxy's own or a live session's, never a caller's credential.
+NOT_CREDENTIALS = frozenset({"proxy-authorization", "mcp-session-id"})
+
+
+def credentials_digest(headers: Iterable[tuple[str, str]], rules: KeyRules = DEFAULT_RULES) -> str:
+    """A digest of the credentials a request carries (its secret header fields), salted
+    with the store's own salt (``rules.auth_salt``); empty when it carries none. Calls with
+    other credentials get another digest, and the values themselves are never kept."""
+    values = sorted((name.lower(), value) for name, value in headers
+                    if name.lower() not in NOT_CREDENTIALS and name in rules.secret_headers)
+    if not values:
+        return ""
+    material = json.dumps(values).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(rules.auth_salt + material).hexdigest()[:24]
+
+
 def api_prefix(api: ApiRef) -> str:
     return f"api/{api.category}/{api.tool}/{api.api}/"
 

@@ -1,6 +1,8 @@
 """Why a replay found nothing: the request as it was keyed, and the stored request nearest
 to it (same API, then same host and method, then same host, then any) with how the two
-differ, part by part (keys.diff). Pure but for reading the store it is given.
+differ, part by part (keys.diff). Pure but for reading the store it is given. A call in a
+view of the store (a user's) is shown only what that view and the shared part hold: never
+another user's requests and their values.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from stbproxy import keys
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
+from stbproxy.forensics.naming import view_of
 from stbproxy.redact import redact_url
 from stbproxy.traffic.seam import Call
 
@@ -44,11 +47,14 @@ def closest(call: Call, store, rules: KeyRules) -> tuple[Exchange, list[keys.Dif
     prefixes = [f"http/{incoming.host}/{incoming.method}/", f"http/{incoming.host}/", "http/"]
     if call.api is not None:
         prefixes.insert(0, keys.api_prefix(call.api))
+    view = view_of(call.key)
     for prefix in prefixes:
         best: tuple[int, Exchange, list[keys.Difference]] | None = None
         for n, stored in enumerate(store.scan(prefix)):
             if n >= CLOSEST_SCAN_LIMIT:
                 break
+            if view_of(stored.key) not in (None, view):
+                continue
             differences = keys.diff(keys.canonical(stored.request, rules), incoming)
             if best is None or len(differences) < best[0]:
                 best = (len(differences), stored, differences)

@@ -15,6 +15,7 @@ from stbproxy.errors import ConfigError
 from stbproxy.forensics import drift
 from stbproxy.forensics.naming import parse_fork
 from stbproxy.sim.faults import FaultPlan
+from stbproxy.front.views import AUTO as AUTO_VIEWS, VIEWS
 from stbproxy.keys import EXACT, STB_KEYS, KeyRules
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
@@ -51,6 +52,7 @@ class Settings:
     upstream_proxy: str | None = None
     validity: str = AUTO  # stb for StableToolBench traffic, strict for other HTTP
     stb_keys: str = EXACT  # StableToolBench calls keyed as its server looks them up, or canonical
+    views: str = AUTO_VIEWS  # one view of the store, or one per --proxy-auth user or credential (front/views.py)
     refresh_simulated: bool = False  # virtual mode: ask the real API again for stored simulated answers
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
@@ -95,6 +97,8 @@ class Settings:
         if self.validity not in CHOICES:
             raise ConfigError(f"validity policy {self.validity!r} is not one of {', '.join(CHOICES)}",
                               setting="validity")
+        if self.views not in VIEWS:
+            raise ConfigError(f"views {self.views!r} are not one of {', '.join(VIEWS)}", setting="stb_views")
         if self.stb_keys not in STB_KEYS:
             raise ConfigError(f"StableToolBench keys {self.stb_keys!r} are not one of {', '.join(STB_KEYS)}",
                               setting="stb_keys")

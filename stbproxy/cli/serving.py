@@ -51,9 +51,10 @@ from stbproxy.models import Mode
 @click.option("--upstream-insecure", is_flag=True, help="Do not verify upstream TLS certificates.")
 @click.option("--upstream-proxy", default=None, metavar="URL", help="Outbound proxy for real API calls.")
 @confdir_option
-@click.option("--proxy-auth", default=None, metavar="USER:PASS",
+@click.option("--proxy-auth", default=None, metavar="USER:PASS|@HTPASSWD",
               help="Require proxy authentication (mandatory off loopback; repeated wrong passwords "
-                   "from one address are slowed down).")
+                   "from one address are slowed down): one user, or the users of an htpasswd file "
+                   "(@FILE), each of whom sees only what it recorded (--views).")
 @click.option("--allow-host", multiple=True, metavar="GLOB",
               help="Destination host always allowed, even a private address on an exposed proxy; wins "
                    "over --deny-host. Repeatable.")
@@ -116,6 +117,13 @@ from stbproxy.models import Mode
                    "arguments compared as text in any order, so both hit (more hits, other observations than "
                    "StableToolBench's; docs/stabletoolbench.md). A store is made under one of them: "
                    "'import stb-cache' takes the same option.")
+@click.option("--views", type=click.Choice(["auto", "shared", "user", "credential"]), default="auto",
+              show_default=True,
+              help="Who sees which stored answers. shared: every client sees all (one user's benchmark: a "
+                   "rotated API key still hits); user: each --proxy-auth user sees what it recorded, and its "
+                   "sessions are its own; credential: also a view per credential a request carries (Authorization "
+                   "and the other secret headers); auto: user behind --proxy-auth, else shared. An imported "
+                   "cache is seen from every view (docs/security.md).")
 @click.option("--refresh-simulated", is_flag=True,
               help="Virtual mode: when a stored answer was simulated (the API was down or invalid), ask the "
                    "real API again (at most once a minute per answer); a valid real answer replaces the "
@@ -185,7 +193,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, max_request_body, max_upstream_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
-          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, stb_keys,
+          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, stb_keys, views,
           refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, mirrorapi_parse,
@@ -206,9 +214,12 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
     mode = mode or (Mode.REPLAY.value if cassette else Mode.VIRTUAL.value)
     if not _is_loopback(host) and not proxy_auth:
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
-    if proxy_auth is not None and ":" not in proxy_auth:
-        fail("--proxy-auth must be USER:PASS")
-    if proxy_auth is not None and not all(proxy_auth.partition(":")[::2]):
+    if proxy_auth is not None and proxy_auth.startswith("@"):
+        if not Path(proxy_auth[1:]).expanduser().is_file():
+            fail(f"--proxy-auth {proxy_auth}: no such htpasswd file")
+    elif proxy_auth is not None and ":" not in proxy_auth:
+        fail("--proxy-auth must be USER:PASS or @HTPASSWD_FILE")
+    elif proxy_auth is not None and not all(proxy_auth.partition(":")[::2]):
         # mitmproxy would take ':' for a user and a password, both empty: an open proxy
         fail("--proxy-auth needs a user name and a password, neither of them empty")
     if stb_prompt is not None and stb_dir is None:  # else the choice would silently do nothing
@@ -250,6 +261,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_allow_empty": allow_empty,
         "stb_validity": validity,
         "stb_keys": stb_keys,
+        "stb_views": views,
         "stb_refresh_simulated": refresh_simulated,
         "stb_faults": list(faults),
         "stb_fault_seed": fault_seed,

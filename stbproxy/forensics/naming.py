@@ -7,6 +7,11 @@ path): ``run-7;trial=2`` and ``run-7b;fork=run-7@12``. The ``X-Stb-Trial`` and
 (sessions.safe_session_name replaces it), so the engine is handed one string,
 ``name[;trial=N][;fork=SOURCE@K]``, that crosses the worker link unchanged and is read
 back here.
+
+Two more parameters are the proxy's own, never a client's: ``user`` (the ``--proxy-auth``
+user, whose sessions, and the sessions it forks, are named ``<user>+<name>``: a user
+reaches only its own) and ``view`` (the view of the store its calls are keyed in:
+``view_key``). A client that writes them in a session name has them dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from stbproxy.sessions import safe_session_name
 TRIAL_HEADER = "X-Stb-Trial"
 FORK_HEADER = "X-Stb-Fork"
 MAX_TRIAL = 1_000_000
-_PARAMETER = re.compile(r";(trial|fork)=([^;]*)$")
+_PARAMETER = re.compile(r";(trial|fork|user|view)=([^;]*)$")
+_PROXY_PARAMETERS = ("user", "view")  # set by the proxy alone (scoped)
+USER_SEPARATOR = "+"  # between a user and its session's name: never in a name a client gives
+VIEW_MARK = "~v"  # a key in a view of the store ends so (view_key)
 _FORK = re.compile(r"^(.+)@(\d{1,9})$")
 
 
@@ -45,6 +53,7 @@ class SessionRef:
     name: str
     trial: int | None = None
     fork: Fork | None = None
+    view: str | None = None  # the view of the store its calls are keyed in (view_key)
 
     def spec(self) -> str:
         parts = [self.name]
@@ -89,6 +98,8 @@ def session_spec(raw_name: str | None, headers: Headers = ()) -> str | None:
     none) with ``headers``; None when it names nothing at all. Malformed parameters are
     left out: a request is never refused for how it names its session."""
     name, params = split_naming(raw_name) if raw_name else (None, {})
+    for param in _PROXY_PARAMETERS:
+        params.pop(param, None)
     for header, param in ((TRIAL_HEADER, "trial"), (FORK_HEADER, "fork")):
         value = header_value(headers, header)
         if value is not None:
@@ -120,12 +131,49 @@ def completed(spec: str | None, fallback: str) -> str:
                       ref.fork or base.fork).spec()
 
 
+def scoped(spec: str, user: str | None, view: str | None) -> str:
+    """``spec`` as the engine is handed it for an authenticated ``user`` and a ``view`` of
+    the store (both None: as it is)."""
+    parts = [spec]
+    if user:
+        parts.append(f"user={safe_session_name(user)}")
+    if view:
+        parts.append(f"view={view}")
+    return ";".join(parts)
+
+
 @lru_cache(maxsize=4096)
 def session_ref(spec: str, default: str = "") -> SessionRef:
-    """The session a spec names; an empty name is the run's ``default`` session."""
+    """The session a spec names; an empty name is the run's ``default`` session. A user's
+    session, and the one it forks, are named within the user's (``<user>+<name>``)."""
     name, params = split_naming(spec)
-    return SessionRef(name or default, _or_none(parse_trial, params.get("trial")),
-                      _or_none(parse_fork, params.get("fork")))
+    name, fork = name or default, _or_none(parse_fork, params.get("fork"))
+    user = params.get("user")
+    if user:
+        name = f"{user}{USER_SEPARATOR}{name}"
+        fork = Fork(f"{user}{USER_SEPARATOR}{fork.source}", fork.steps) if fork else None
+    return SessionRef(name, _or_none(parse_trial, params.get("trial")), fork, params.get("view") or None)
+
+
+def view_key(key: str, view: str | None) -> str:
+    """The key of a call in a view of the store (a user's, a credential's): its answers are
+    that view's own. Applied twice it changes nothing."""
+    if not view:
+        return key
+    suffix = f"{VIEW_MARK}{view}"
+    return key if key.endswith(suffix) else key + suffix
+
+
+def view_of(key: str) -> str | None:
+    """The view a key is in (None: the store's shared part: imports, proxies without views)."""
+    head, mark, view = key.rpartition(VIEW_MARK)
+    return view if mark and view and "/" not in view and "~" not in view else None
+
+
+def shared_key(key: str) -> str:
+    """The key a view's call has in the shared part of the store (itself, outside a view)."""
+    view = view_of(key)
+    return key[:-len(VIEW_MARK) - len(view)] if view else key
 
 
 def trial_key(key: str, trial: int | None) -> str:

@@ -32,12 +32,11 @@ MCP client reads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from typing import Any, Mapping
 
-from stbproxy import json_schema
+from stbproxy import json_schema, keys
 from stbproxy.keys import KeyRules
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.jsonrpc import Message
@@ -311,18 +310,10 @@ def _speaks_mcp(headers: Mapping[str, str]) -> bool:
     return SESSION in headers or protocol.VERSION_HEADER.lower() in headers
 
 
-_NOT_AUTH = frozenset({"proxy-authorization", "mcp-session-id"})  # the proxy's own, and a session's
-
-
 def _auth_context(headers: Mapping[str, str], rules: KeyRules) -> str:
     """A digest of the credentials a request carries (empty when it carries none): calls
     with other credentials get other answers; the values themselves are never kept."""
-    secret = rules.secret_headers
-    values = sorted((name, value) for name, value in headers.items() if name not in _NOT_AUTH and name in secret)
-    if not values:
-        return ""
-    material = json.dumps(values).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(rules.auth_salt + material).hexdigest()[:24]
+    return keys.credentials_digest(headers.items(), rules)
 
 
 def _failed(judged: Judged, reason: str, failure: FailureKind) -> Judged:

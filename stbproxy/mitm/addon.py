@@ -29,7 +29,8 @@ from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_res
 from stbproxy.models import Request, Source
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
-from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, session_spec
+from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, scoped, session_spec
+from stbproxy.front.views import SHARED, view_for, view_mode
 from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
 from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
@@ -54,6 +55,7 @@ class StbAddon:
         self.make_runtime = make_runtime
         self.runtime: Runtime | None = None
         self.settings: Settings | None = None
+        self.views = SHARED  # which view of the store a request's calls are keyed in (front/views.py)
         self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
         self.guard = Guard()  # per-request limits, destinations, the proxy's own address
         self.close_error: StbError | None = None  # why the store could not be closed cleanly
@@ -89,6 +91,7 @@ class StbAddon:
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
         loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
+        loader.add_option("stb_views", str, "auto", "Views of the store: shared (one for all), user (one per proxyauth user), credential (one per user and per credential a request carries), auto (user behind proxyauth, else shared).")
         loader.add_option("stb_keys", str, "exact", "How StableToolBench calls are keyed: exact (as StableToolBench's server looks them up: the arguments' text, order and types) or canonical (arguments compared as text, in any order).")
         loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
         loader.add_option("stb_mcp", Sequence[str], [], "NAME=URL: an MCP server answered at this proxy's own /mcp/NAME (for clients that ignore proxy variables).")
@@ -121,6 +124,7 @@ class StbAddon:
             return
         self.settings = settings_from_options(ctx.options)
         check_proxy_auth(getattr(ctx.options, "proxyauth", None))
+        self.views = view_mode(self.settings.views, bool(getattr(ctx.options, "proxyauth", None)))
         self.guard.configure(self.settings, ctx.options.listen_host, bool(getattr(ctx.options, "proxyauth", None)))
         # The store opens when the proxy starts running, not while options are still being
         # set (that would open the default store before --set stb_store arrives). A live
@@ -220,7 +224,17 @@ class StbAddon:
                 flow.request.headers.pop("Proxy-Authorization", None)
             headers = header_items(flow)
         fallback = self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
-        return completed(spec, fallback), headers
+        return self.in_scope(flow, completed(spec, fallback), headers), headers
+
+    def in_scope(self, flow: http.HTTPFlow, session: str, headers) -> str:
+        """The session string with the request's user (whose sessions are its own) and view
+        of the store (front/views.py), when there are such: behind --proxy-auth."""
+        auth = flow.metadata.get("proxyauth")
+        user = auth[0] if isinstance(auth, tuple) and auth and auth[0] else None
+        if user is None and self.views == SHARED:
+            return session
+        view = view_for(self.views, user, headers, self.open_runtime().engine.config.rules)
+        return scoped(session, user, view)
 
     @cancelled_on_reset  # HTTP/2 and 3: a stream its client resets is answered no further (h2_guard.py)
     async def request(self, flow: http.HTTPFlow) -> None:
@@ -299,7 +313,8 @@ class StbAddon:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             if named_session:
-                session, headers = completed(named_session, self.open_runtime().session), header_items(flow)
+                headers = header_items(flow)
+                session = self.in_scope(flow, completed(named_session, self.open_runtime().session), headers)
             else:
                 session, headers = self.session_for(flow)
             try:
@@ -328,7 +343,11 @@ class StbAddon:
         if name not in servers:
             known = ", ".join(f"/mcp/{n}" for n in servers) or "none (serve --mcp NAME=URL adds one)"
             return error_response(404, f"stbproxy: no MCP server named {name!r}; the MCP endpoints here: {known}")
-        session, headers = (named_session, header_items(flow)) if named_session else self.session_for(flow)
+        if named_session:
+            headers = header_items(flow)
+            session = self.in_scope(flow, named_session, headers)
+        else:
+            session, headers = self.session_for(flow)
         request = to_server(request_from_flow(flow, headers), servers[name])
         try:
             answer = await runtime.engine.handle(request, session)
@@ -438,6 +457,7 @@ def settings_from_options(opts) -> Settings:
         upstream_proxy=opts.stb_upstream_proxy,
         validity=opts.stb_validity,
         stb_keys=opts.stb_keys,
+        views=opts.stb_views,
         refresh_simulated=opts.stb_refresh_simulated,
         faults=tuple(opts.stb_faults),
         fault_seed=opts.stb_fault_seed,

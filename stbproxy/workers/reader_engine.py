@@ -91,13 +91,13 @@ class ReaderEngine(Engine):
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
         ref = self.session_of(session)
-        call = self.in_trial(call, ref)
+        call = self.scoped(call, ref)
         if call.streams:  # a server's event stream cannot cross the link: carried from here, never stored
             return await self._run(call, ref, self._passed_on)
         # A session answered from a recording (a fork, ordered replay) keeps its place in one
         # process: the primary's.
         if self.local_hits and not self.playback.involves(ref):
-            hit = self._hit(call.key)
+            hit = self.local_hit(call.key)
             if hit is not None and not self.refreshes(hit):
                 return await self._run(call, ref, lambda _call: made(hit))
         return await self._forwarded(self.link.answer(call, session))
