@@ -111,6 +111,8 @@ def test_no_ready_line_and_one_error_line_for_everything_serve_cannot_open(tmp_p
         *[(["--store", str(tmp_path / "s" / next(names)), "--host", "0.0.0.0", "--proxy-auth", empty],
            "--proxy-auth needs a user name and a password, neither of them empty", "--proxy-auth")
           for empty in (":", "u:", ":p")],
+        (["--store", str(tmp_path / "s" / next(names)), "--proxy-auth", f"@{tmp_path / 'no-such.htpasswd'}"],
+         f"--proxy-auth @{tmp_path / 'no-such.htpasswd'}: no such htpasswd file", "--proxy-auth"),
         (["--store", str(tmp_path / "s" / next(names)), "--mode", "sometimes"], "Invalid value for '--mode'", "serve --help"),
         (["--store", str(tmp_path / "s" / next(names)), "--sessions", "x"], "No such option '--sessions'", "--session"),
     ]
