@@ -205,6 +205,8 @@ class Runtime:
         s = self.settings
         parts = [f"mode {s.mode.value}", f"cassette {s.cassette}" if s.cassette else f"store {s.store}",
                  self.catalog_description()]
+        if self.openapi:  # the OpenAPI documents imported into the store, by name
+            parts.append(self.openapi.description())
         shared = s.shared_url()
         if shared is not None:
             parts.append(f"shared {shared.redacted}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.kinds import kinds_for
 from stbproxy.models import Request, Response
 from stbproxy.openapi.catalog import OpenApiCatalog, openapi_secret_names
+from stbproxy.openapi.schemas import closed
 from stbproxy.openapi.spec import read_spec, spec_of
 from stbproxy.openapi.traffic import answer_problem, schema_value
 from stbproxy.sim.simulation import Simulation
@@ -47,7 +47,7 @@ def test_a_yaml_3_0_spec_is_read_with_refs_resolved_and_its_dialect_made_standar
     assert (get_pet.method, get_pet.path, get_pet.servers) == ("GET", "/pets/{petId}", (PETS,))
     [pet_id] = get_pet.parameters  # the path item's $ref'd parameter
     assert (pet_id.name, pet_id.where, pet_id.required, pet_id.schema) == ("petId", "path", True, {"type": "integer"})
-    schema = get_pet.replies["200"].content["application/json"].schema
+    schema = closed(get_pet.replies["200"].content["application/json"].schema, get_pet.defs)
     pet = schema["$defs"]["Pet"]
     assert pet["properties"]["tag"]["type"] == ["string", "null"]  # 3.0 nullable
     assert pet["properties"]["litter"]["items"] == {"$ref": "#/$defs/Pet"}  # recursive, kept as a ref
@@ -55,7 +55,7 @@ def test_a_yaml_3_0_spec_is_read_with_refs_resolved_and_its_dialect_made_standar
     limit = op(catalog, "pet-shop/listPets").parameters[0].schema
     assert limit == {"type": "integer", "minimum": 1, "exclusiveMaximum": 20}  # 3.0's boolean bound
     not_found = get_pet.replies["404"].content["application/json"].schema  # a $ref'd response
-    assert json_schema.problem({"message": "gone"}, not_found) is None
+    assert json_schema.problem({"message": "gone"}, not_found, get_pet.defs) is None
     assert get_pet.replies["200"].content["application/json"].examples == (
         {"id": 7, "name": "Rex", "status": "sold", "tag": None},)
 
@@ -63,7 +63,7 @@ def test_a_yaml_3_0_spec_is_read_with_refs_resolved_and_its_dialect_made_standar
 def test_a_json_3_1_spec_keeps_type_lists_and_ref_siblings(catalog):
     get_item = op(catalog, "warehouse/getItem")
     assert get_item.servers == (WAREHOUSE,)
-    schema = get_item.replies["200"].content["application/json"].schema
+    schema = closed(get_item.replies["200"].content["application/json"].schema, get_item.defs)
     assert schema["description"] == "An item in stock." and schema["$ref"] == "#/$defs/Item"
     item = schema["$defs"]["Item"]
     assert item["properties"]["weight"]["type"] == ["number", "null"]
@@ -154,8 +154,12 @@ def test_requests_match_operations_by_host_method_and_template(catalog):
     assert call(catalog, "GET", "https://stock.example.test:8443/api/items/ABC-1234").kind == "openapi"
     for other in (f"{PETS}/pets/12/extra", "http://127.0.0.1:10/v1/pets", f"{PETS.replace('/v1', '')}/pets",
                   "https://stock.example.test/api/items"):
+        assert call(catalog, "GET", other).key.startswith("http/"), other  # keyed as plain HTTP
+    for other in ("http://127.0.0.1:10/v1/pets", "https://stock.example.test/api/items"):  # no documented server
         assert call(catalog, "GET", other).kind == "http", other
-    assert call(catalog, "DELETE", f"{PETS}/pets/12").kind == "http"
+    # Under a documented server, but no operation's: plain HTTP keys; a 404 or 405 when the API is down.
+    assert call(catalog, "GET", f"{PETS}/pets/12/extra").facts == {"unmatched": "pet-shop", "allowed": []}
+    assert call(catalog, "DELETE", f"{PETS}/pets/12").facts == {"unmatched": "pet-shop", "allowed": ["GET"]}
 
 
 def test_a_literal_path_wins_over_a_template(tmp_path):
@@ -276,7 +280,7 @@ def test_every_operation_gets_schema_answers_that_follow_its_schema(catalog):
             continue
         for n in range(60):
             value = schema_value(operation, f"key-{n}", status)
-            assert json_schema.problem(value, media[1].schema) is None, (operation.name, n, value)
+            assert json_schema.problem(value, media[1].schema, operation.defs) is None, (operation.name, n, value)
             checked += 1
     assert checked == 60 * 5
 
@@ -300,8 +304,9 @@ def test_the_schema_simulator_answers_in_the_documented_shape_and_status(catalog
     made = simulate_through_kind(catalog, simulator, "POST", f"{PETS}/pets", b'{"name": "Zed"}')
     assert made.ok and made.response.status == 201
     assert made.response.header("content-type") == "application/json"
-    pet_schema = op(catalog, "pet-shop/addPet").replies["201"].content["application/json"].schema
-    assert json_schema.problem(json.loads(made.response.body), pet_schema) is None
+    add_pet = op(catalog, "pet-shop/addPet")
+    pet_schema = add_pet.replies["201"].content["application/json"].schema
+    assert json_schema.problem(json.loads(made.response.body), pet_schema, add_pet.defs) is None
     item = simulate_through_kind(catalog, simulator, "GET", f"{WAREHOUSE}/items/XYZ-0001")
     assert json.loads(item.response.body)["sku"] == "XYZ-0001"  # the call's, which follows the pattern
     item = simulate_through_kind(catalog, simulator, "GET", f"{WAREHOUSE}/items/lowercase")
@@ -326,7 +331,8 @@ def test_an_llm_answer_that_breaks_the_schema_is_replaced_and_marked(catalog):
     made = simulate_through_kind(catalog, bad, "GET", f"{PETS}/pets?limit=2")
     assert made.ok and made.meta["simulator"] == "schema"
     assert made.meta["replaced"].startswith("llm's answer broke the schema at /: ")
-    schema = op(catalog, "pet-shop/listPets").replies["200"].content["application/json"].schema
+    schema = closed(op(catalog, "pet-shop/listPets").replies["200"].content["application/json"].schema,
+                    op(catalog, "pet-shop/listPets").defs)
     assert json_schema.problem(json.loads(made.response.body), schema) is None
     good = _Says([{"id": 4, "name": "Kit", "status": "available"}])
     made = simulate_through_kind(catalog, good, "GET", f"{PETS}/pets?limit=2")

@@ -15,6 +15,7 @@ import requests
 
 from stbproxy import json_schema
 from stbproxy.openapi.catalog import OpenApiCatalog
+from stbproxy.openapi.schemas import closed
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.openapi_demo.api import PetShop
@@ -46,7 +47,7 @@ def get(proxy, url: str, **kwargs) -> requests.Response:
 
 def schema_of(store: Path, operation: str, status: str = "200"):
     op = OpenApiCatalog.load(store / "openapi.json").operation(f"pet-shop/{operation}")
-    return op.replies[status].content["application/json"].schema
+    return closed(op.replies[status].content["application/json"].schema, op.defs)
 
 
 def every_byte(store: Path) -> bytes:

@@ -54,6 +54,8 @@ def import_openapi(spec_file, store, name, base_url):
         when = datetime.datetime.fromtimestamp(replaced.imported_at).strftime("%Y-%m-%d %H:%M")
         click.echo(f"replaced the spec {spec.name!r} imported from {replaced.source} on {when} "
                    f"({len(replaced.operations)} operations)")
+    for warning in spec.warnings:  # a constraint left out, never the document
+        click.echo(f"warning: {spec_file}: at {warning}", err=True)
     secrets = sorted(f"{n} ({place})" for place, names in spec.secrets.items() for n in names)
     if secrets:
         click.echo(f"credentials, never keyed or stored: {', '.join(secrets)}")

@@ -18,7 +18,8 @@ from stbproxy.openapi.model import Operation, Spec
 
 FILE_NAME = "openapi.json"
 FORMAT = "stbproxy-openapi"
-VERSION = 1
+VERSION = 2  # 2: each spec's schemas shared once ("schemas"); 1's self-contained schemas still read
+READ_VERSIONS = (1, 2)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -34,6 +35,7 @@ class _Route:
     pattern: re.Pattern
     names: tuple[str, ...]
     rank: tuple[int, int]  # more literal characters first, then more segments
+    base: str = ""  # the server URL's path
 
 
 class OpenApiCatalog:
@@ -60,6 +62,13 @@ class OpenApiCatalog:
         self.specs[spec.name] = spec
         self._routes = self._by_name = None
         return old
+
+    def description(self) -> str:
+        """What the ready line says of it: ``OpenAPI pet-shop (4 operations), warehouse (2 operations)``."""
+        named = [f"{name} ({len(spec.operations)} operation{'s' * (len(spec.operations) != 1)})"
+                 for name, spec in sorted(self.specs.items())]
+        more = f" and {len(named) - 5} more specs" if len(named) > 5 else ""
+        return f"OpenAPI {', '.join(named[:5])}{more}"
 
     def operation(self, name: str) -> Operation | None:
         """The operation named ``<spec>/<operationId>``."""
@@ -98,6 +107,31 @@ class OpenApiCatalog:
                                                for i, name in enumerate(route.names)})
         return None
 
+    def unmatched(self, method: str, url: str) -> tuple[str, tuple[str, ...]] | None:
+        """For a request no operation takes, under a documented server's URL: the spec's name
+        and the methods its path is an operation for (none: an unknown path); else None."""
+        if self._routes is None:
+            self._routes = _routes(self.operations())
+        try:
+            parts = urlsplit(url)
+            host = _host(parts.scheme, parts.hostname, parts.port)
+        except ValueError:
+            return None
+        path = normalize_path(parts.path or "/")
+        path = path.rstrip("/") if len(path) > 1 else path
+        spec = None
+        allowed = set()
+        for (route_host, route_method), routes in self._routes.items():
+            if route_host != host:
+                continue
+            for route in routes:
+                if spec is None and (path + "/").startswith(route.base + "/"):
+                    spec = route.operation.spec
+                if route_method != method.upper() and route.pattern.fullmatch(path) is not None:
+                    allowed.add(route_method)
+                    spec = route.operation.spec
+        return (spec, tuple(sorted(allowed))) if spec is not None else None
+
     # -- the file ----------------------------------------------------------------------
 
     def save(self, path: Path) -> None:
@@ -115,7 +149,7 @@ class OpenApiCatalog:
             raise InputError(f"cannot read the OpenAPI catalog {path}: {exc}") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InputError(f"{path} is not an stbproxy OpenAPI catalog")
-        if data.get("version") != VERSION:
+        if data.get("version") not in READ_VERSIONS:
             raise InputError(f"{path}: unsupported OpenAPI catalog version {data.get('version')!r}")
         specs = {}
         for i, entry in enumerate(data.get("specs") or []):
@@ -174,7 +208,7 @@ def _routes(operations) -> dict[tuple[str, str], list[_Route]]:
             if len(template) > 1:
                 template = template.rstrip("/")
             pattern, names, literal = _compile(template)
-            route = _Route(op, pattern, names, (-literal, -template.count("/")))
+            route = _Route(op, pattern, names, (-literal, -template.count("/")), base)
             table.setdefault((host, op.method), []).append(route)
     for routes in table.values():
         routes.sort(key=lambda r: r.rank)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from stbproxy.openapi.model import Operation, Parameter, Spec
+from stbproxy.openapi.schemas import closed
 from stbproxy.stb.api_doc import ApiDoc, Param
 
 CATEGORY = "openapi"
@@ -28,7 +29,7 @@ def operation_doc(op: Operation, spec: Spec | None) -> ApiDoc:
     media = reply.json_media() if reply is not None else None
     output = None
     if media is not None and media[1].schema is not None:
-        output = media[1].schema
+        output = closed(media[1].schema, op.defs)  # one schema that stands alone, for any simulator
         if media[1].examples and isinstance(output, dict):  # examples first, as the schema simulator reads them
             output = {**output, "examples": [*media[1].examples, *output.get("examples", [])]}
     description = "\n\n".join(t for t in (op.summary, op.description) if t)
@@ -52,7 +53,10 @@ def _param(p: Parameter) -> Param:
 def _json_body_schema(op: Operation) -> dict | None:
     for media_type, media in op.body.items():
         if "json" in media_type and isinstance(media.schema, dict):
-            return media.schema
+            schema, hops = media.schema, 0
+            while isinstance(schema.get("$ref"), str) and schema["$ref"].startswith("#/$defs/") and hops < 16:
+                schema, hops = op.defs.get(schema["$ref"][len("#/$defs/"):]) or {}, hops + 1
+            return schema if isinstance(schema, dict) else None
     return None
 
 

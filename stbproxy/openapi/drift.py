@@ -29,6 +29,7 @@ class OperationDrift:
     simulated: int = 0
     simulated_broken: int = 0
     invalid_logged: int = 0  # real answers judged invalid and logged (--validity schema), not stored
+    rejected: int = 0  # simulated answers to requests that broke the document (a 4xx of its validation)
     first_real_problem: str | None = None
     first_simulated_problem: str | None = None
     undeclared: set[str] = field(default_factory=set)
@@ -52,6 +53,7 @@ class OperationDrift:
                 "real": self.real, "real_broken": self.real_broken, "first_real_problem": self.first_real_problem,
                 "simulated": self.simulated, "simulated_broken": self.simulated_broken,
                 "first_simulated_problem": self.first_simulated_problem, "invalid_logged": self.invalid_logged,
+                "rejected_requests": self.rejected,
                 "undeclared_parameters": sorted(self.undeclared)}
 
 
@@ -103,7 +105,10 @@ def drift_report(catalog: OpenApiCatalog, stored: Iterable[Exchange], logged_inv
         row.undeclared |= {k for k, _ in parse_qsl(urlsplit(exchange.request.url).query, keep_blank_values=True)
                            if k not in declared and k not in secret}
         origin = "real" if exchange.source in REAL else "simulated" if exchange.source in MADE_UP else None
-        if origin is not None:
+        if origin == "simulated" and exchange.meta.get("rejected"):  # a broken request's 4xx: its own status
+            row.simulated += 1
+            row.rejected += 1
+        elif origin is not None:
             row.count(origin, answer_problem(op, exchange.response))
     for exchange in logged_invalid:
         row = rows.get(str(exchange.meta.get("operation") or ""))

@@ -1,14 +1,19 @@
-"""An OpenAPI schema object as a self-contained JSON Schema 2020-12: the schemas it
-references pulled in under ``$defs`` (so that it validates, simulates and saves on its own,
-recursive schemas included), and OpenAPI 3.0's dialect made standard: ``nullable`` becomes
-a ``"null"`` type, boolean ``exclusiveMinimum``/``exclusiveMaximum`` become numbers, and
-``$ref`` siblings are dropped as 3.0 says. A 3.1 schema is JSON Schema already. Pure."""
+"""An OpenAPI schema object as a JSON Schema 2020-12 whose references name the document's
+shared schemas, ``#/$defs/NAME`` (``Bundler.defs``: each converted once per document, so a
+schema that a thousand operations reach is kept once; json_schema.with_defs makes one
+document of a schema and them, recursive schemas included), and OpenAPI 3.0's dialect made
+standard: ``nullable`` becomes a ``"null"`` type (an ``enum`` without null still refuses
+null, as 3.0.3 says), boolean ``exclusiveMinimum``/``exclusiveMaximum`` become numbers, and
+``$ref`` siblings are dropped as 3.0 says. A 3.1 schema is JSON Schema already. A
+``pattern`` that cannot be read even as ECMA-262 is dropped, with a warning naming its
+place: it costs that one constraint, not the document. Pure."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
 
+from stbproxy import json_schema
 from stbproxy.errors import InputError
 
 # Keywords whose value is a schema, a list of schemas or a map of schemas: only these are
@@ -33,6 +38,12 @@ class Bundler:
         self._names: dict[str, str] = {}  # ref -> its name under $defs
         self._refs: dict[str, str] = {}  # the other way
         self._converted: dict[str, Any] = {}  # ref -> the converted schema it names
+        self.defs: dict[str, Any] = {}  # name -> the converted schema: the document's shared schemas
+        self.warnings: list[str] = []  # constraints dropped, each with its place
+
+    def local(self, schema: Any, where: str) -> Any:
+        """``schema`` (found at JSON pointer ``where``) converted, its references naming ``defs``."""
+        return self._convert(schema, where, [])
 
     def bundle(self, schema: Any, where: str) -> Any:
         """``schema`` (found at JSON pointer ``where``) with every schema it reaches under ``$defs``."""
@@ -98,8 +109,12 @@ class Bundler:
                 out[key] = {k: self._convert(v, f"{here}/{_escape(k)}", used) for k, v in value.items()}
             elif key == "items" and isinstance(value, list):  # an old tuple form
                 out["prefixItems"] = [self._convert(v, f"{here}/{i}", used) for i, v in enumerate(value)]
+            elif key == "pattern" and json_schema.pattern_error(value) is not None:
+                self.warnings.append(f"{here}: pattern {value!r} dropped: {json_schema.pattern_error(value)}")
             else:
                 out[key] = value
+        if isinstance(out.get("patternProperties"), dict):
+            out["patternProperties"] = self._readable(out["patternProperties"], f"{where}/patternProperties")
         return _standard(out) if self._dialect == "3.0" else out
 
     def _define(self, ref: str, where: str) -> str:
@@ -111,8 +126,19 @@ class Bundler:
         self._names[ref] = name  # before converting: a recursive target finds its own name
         self._refs[name] = ref
         target = self._lookup(ref, f"{where}/$ref")
-        self._converted[ref] = self._convert(target, ref[1:] or "/", [])
+        self._converted[ref] = self.defs[name] = self._convert(target, ref[1:] or "/", [])
         return name
+
+    def _readable(self, patterns: dict[str, Any], where: str) -> dict[str, Any]:
+        """``patternProperties`` without the patterns that cannot be read (each a warning)."""
+        kept = {}
+        for pattern, schema in patterns.items():
+            error = json_schema.pattern_error(pattern)
+            if error is None:
+                kept[pattern] = schema
+            else:
+                self.warnings.append(f"{where}/{_escape(pattern)}: pattern property dropped: {error}")
+        return kept
 
 
 def _standard(schema: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +149,6 @@ def _standard(schema: dict[str, Any]) -> dict[str, Any]:
             schema["type"] = [kind, "null"]
         elif isinstance(kind, list) and "null" not in kind:
             schema["type"] = [*kind, "null"]
-        if isinstance(schema.get("enum"), list) and None not in schema["enum"]:
-            schema["enum"] = [*schema["enum"], None]
     for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         flag = schema.get(exclusive)
         if isinstance(flag, bool):
@@ -152,3 +176,34 @@ def _escape(key: str) -> str:
 
 def _unescape(part: str) -> str:
     return part.replace("~1", "/").replace("~0", "~")
+
+
+def closed(schema: Any, defs: dict[str, Any] | None) -> Any:
+    """``schema`` with the shared schemas it reaches, and only those, under its ``$defs``: one
+    document that stands alone (for a prompt, or a tool that reads one schema)."""
+    if not defs or not isinstance(schema, dict):
+        return schema
+    reached: dict[str, Any] = {}
+    pending = _names_in(schema)
+    while pending:
+        name = pending.pop()
+        if name in reached or name not in defs:
+            continue
+        reached[name] = defs[name]
+        pending.extend(_names_in(defs[name]))
+    return {**schema, "$defs": {**reached, **schema.get("$defs", {})}} if reached else schema
+
+
+def _names_in(node: Any) -> list[str]:
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                found.append(ref[len("#/$defs/"):])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found

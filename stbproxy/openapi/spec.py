@@ -1,7 +1,8 @@
 """An OpenAPI document read into the operations it describes (``read_spec``): JSON or YAML,
 OpenAPI 3.0 and 3.1, references within the file resolved with ``referencing``, every schema
-made a self-contained JSON Schema 2020-12 (schemas.py) and checked as one. Each problem is
-one InputError naming the JSON pointer where it is. Reads the one file it is given.
+made a JSON Schema 2020-12 (schemas.py) whose shared parts are converted and checked once per
+document. Each problem is one InputError naming the JSON pointer where it is. Reads the one
+file it is given.
 """
 
 from __future__ import annotations
@@ -101,20 +102,19 @@ class _Reader:
         return node, where
 
     def schema(self, node: Any, where: str) -> Any:
-        bundled = self.schemas.bundle(node, where)
-        # Each schema it pulled in is checked alone first, so that a problem is reported
+        local = self.schemas.local(node, where)
+        # Each shared schema it reached is checked alone, once, so that a problem is reported
         # where it is in the document, not where the schema is used.
-        defs = bundled.get("$defs", {}) if isinstance(bundled, dict) else {}
-        for name, part in defs.items():
+        for name, part in self.schemas.defs.items() if len(self.checked) < len(self.schemas.defs) else ():
             if name not in self.checked:
                 self.checked.add(name)
                 problem = json_schema.schema_problem(part)
                 if problem is not None:
                     raise self.fail(self.schemas.source_of(name), problem)
-        problem = json_schema.schema_problem(bundled)
+        problem = json_schema.schema_problem(local)
         if problem is not None:
             raise self.fail(where, problem)
-        return bundled
+        return local
 
     # -- the document ------------------------------------------------------------------
 
@@ -148,10 +148,12 @@ class _Reader:
         if not operations:
             raise self.fail("/paths", "the spec describes no operation")
         spec_name = safe_name(name or title)
-        operations = [op.named(spec_name) for op in operations]
+        defs = self.schemas.defs
+        operations = [op.named(spec_name, defs) for op in operations]
         return Spec(name=spec_name, title=title, version=str(info.get("version") or ""),
                     openapi=self.dialect, source=self.source, description=str(info.get("description") or ""),
-                    operations=tuple(operations), secrets=self.secrets(), imported_at=time.time())
+                    operations=tuple(operations), secrets=self.secrets(), imported_at=time.time(),
+                    schemas=defs, warnings=tuple(self.schemas.warnings))
 
     def servers(self, value: Any, where: str, inherited: tuple[str, ...] | None) -> tuple[str, ...]:
         if self.base_url is not None:
@@ -191,6 +193,7 @@ class _Reader:
             body=self.request_body(node.get("requestBody"), f"{where}/requestBody"),
             body_required=self.body_required(node.get("requestBody"), f"{where}/requestBody"),
             replies=self.replies(node.get("responses"), f"{where}/responses"),
+            security=self.security(node.get("security", self.doc.get("security")), f"{where}/security"),
         )
 
     def parameters(self, value: Any, where: str, shared: Iterable[Parameter]) -> tuple[Parameter, ...]:
@@ -249,8 +252,56 @@ class _Reader:
             if content is not None and not isinstance(content, dict):
                 raise self.fail(f"{at}/content", "'content' must be an object")
             replies[status.lower() if status == "DEFAULT" else status] = Reply(
-                str(node.get("description") or ""), self.content(content or {}, f"{at}/content"))
+                str(node.get("description") or ""), self.content(content or {}, f"{at}/content"),
+                self.headers(node.get("headers"), f"{at}/headers"))
         return replies
+
+    def headers(self, value: Any, where: str) -> dict[str, MediaType]:
+        """A reply's documented headers: their schemas and examples, by lower-cased name."""
+        if not isinstance(value, dict):
+            return {}
+        out = {}
+        for name, node in value.items():
+            node, at = self.deref(node, f"{where}/{_escape(name)}")
+            if isinstance(node, dict):
+                schema = self.schema(node["schema"], f"{at}/schema") if "schema" in node else None
+                out[str(name).lower()] = MediaType(schema, _examples(node, self, at))
+        return out
+
+    def security(self, value: Any, where: str) -> tuple:
+        """The operation's security alternatives, each scheme as (name, type, where, what);
+        () when none is asked, or an alternative is empty (``{}``: anonymous calls too)."""
+        if not isinstance(value, list):
+            return ()
+        schemes = self.scheme_table()
+        alternatives = []
+        for requirement in value:
+            if not isinstance(requirement, dict) or not requirement:
+                return ()  # an empty requirement: no credential needed
+            known = tuple(schemes[name] for name in requirement if name in schemes)
+            if not known or any(s[1] == "mutualTLS" for s in known):
+                return ()  # a scheme the document does not define, or TLS's: not checked
+            alternatives.append(known)
+        return tuple(alternatives)
+
+    def scheme_table(self) -> dict[str, tuple[str, str, str, str]]:
+        components = self.doc.get("components") if isinstance(self.doc.get("components"), dict) else {}
+        schemes = components.get("securitySchemes") if isinstance(components.get("securitySchemes"), dict) else {}
+        table = {}
+        for name, scheme in schemes.items():
+            scheme, _ = self.deref(scheme, f"/components/securitySchemes/{_escape(name)}")
+            if not isinstance(scheme, dict):
+                continue
+            kind = str(scheme.get("type") or "")
+            if kind == "apiKey" and scheme.get("in") in PLACES and isinstance(scheme.get("name"), str):
+                table[name] = (name, kind, scheme["in"], scheme["name"])
+            elif kind == "http":
+                table[name] = (name, kind, "header", str(scheme.get("scheme") or "").lower())
+            elif kind in ("oauth2", "openIdConnect"):
+                table[name] = (name, kind, "header", "bearer")
+            elif kind == "mutualTLS":
+                table[name] = (name, kind, "", "")
+        return table
 
     def content(self, content: Mapping, where: str) -> dict[str, MediaType]:
         out = {}

@@ -1,8 +1,11 @@
 """APIs described by OpenAPI documents, as a kind of traffic: a request that matches an
 imported operation is keyed by the operation and its named arguments, its real answers are
 checked against the schema documented for their status (a mismatch is drift: kept and
-recorded, or invalid under ``--validity schema``), and its misses are simulated in the
-documented shape."""
+recorded, or invalid under ``--validity schema``; a status documented without a body is a
+valid answer without one), and its misses are simulated in the documented status, media
+type and shape (answers.py), or, for a request that breaks the document, answered as the
+document's validation would (validate.py). A request to a documented server that matches
+no operation keeps its plain HTTP key; with its API down it gets a 404 or 405."""
 
 from __future__ import annotations
 
@@ -12,16 +15,16 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from stbproxy import json_schema, jsonsafe, redact
+from stbproxy import json_schema, jsonsafe, keys, redact
 from stbproxy.keys import KeyRules, canonical_body, is_json_type
 from stbproxy.models import Request, Response
+from stbproxy.openapi import answers
 from stbproxy.openapi.catalog import OpenApiCatalog
 from stbproxy.openapi.describe import operation_doc
 from stbproxy.openapi.model import Operation
-from stbproxy.sim.from_schema import value_for
+from stbproxy.openapi.validate import request_problem
 from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb import validity
-from stbproxy.stb.bodies import api_body_parts
 from stbproxy.stb.validity import FailureKind, Verdict
 from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
@@ -46,13 +49,18 @@ class OpenApi(BaseKind):
             return None
         found = self.catalog.match(request.method, request.url)
         if found is None:
-            return None
+            unmatched = self.catalog.unmatched(request.method, request.url)
+            if unmatched is None:
+                return None
+            # Keyed as plain HTTP (stores recorded before are still read); only its miss differs.
+            return Call(keys.request_key(request, rules), request, request, host=request.host, kind=self.name,
+                        facts={"unmatched": unmatched[0], "allowed": list(unmatched[1])})
         op = found.operation
         args, undeclared, material = _arguments(op, found.path_args, request, rules)
         digest = hashlib.sha256(json.dumps(material, ensure_ascii=False, separators=(",", ":"))
                                 .encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return Call(f"{key_prefix(op)}{digest}", request, request, host=request.host, kind=self.name, args=args,
-                    facts={"operation": op.name, "undeclared": undeclared})
+                    facts={"operation": op.name, "undeclared": undeclared, "path": dict(found.path_args)})
 
     # -- judging real answers ------------------------------------------------------------
 
@@ -62,6 +70,9 @@ class OpenApi(BaseKind):
         if op is None:
             return judged
         meta = {**judged.meta, "operation": op.name}
+        if not judged.verdict.valid and _documented_without_body(op, response):
+            judged = judged._replace(verdict=Verdict(True, f"openapi: {response.status} is documented without a body",
+                                                     FailureKind.SUCCESS))
         drift = answer_problem(op, response)
         if drift is None:
             return judged._replace(meta=meta)
@@ -78,31 +89,43 @@ class OpenApi(BaseKind):
         return operation_doc(op, self.catalog.specs.get(op.spec)) if op is not None else None
 
     async def simulate(self, call: Call, simulator, reason: str) -> Simulation:
+        if call.facts.get("unmatched"):
+            return answers.unmatched(call.facts["unmatched"], call.request, call.facts.get("allowed") or ())
         op = self._operation(call)
         if op is None:
             return await super().simulate(call, simulator, reason)
+        broken = request_problem(op, call.request, call.facts.get("path") or {})
+        if broken is not None:  # answered as the document's validation would: never a made-up success
+            return answers.rejected(op, broken, call.key)
         status, reply = op.success()
-        media = reply.json_media() if reply is not None else None
+        if not status:
+            return answers.failed(f"{op.name} documents no success answer to make up", {}, simulator_on=True)
+        media = reply.media() if reply is not None else None
+        headers = answers.documented_headers(op, reply, status, call.key)
+        if media is None or status in answers.NO_BODY or op.method == "HEAD":
+            return Simulation(Response(status, headers, b""), ok=True, meta={"simulator": "schema"})
         made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
                                                           doc=self.describe(call), args=call.args))
-        if not made.ok or media is None or media[1].schema is None:
-            return made if not made.ok else _with_status(made, status)
-        schema = media[1].schema
+        if not made.ok:
+            return answers.failed_simulation(made)
+        media_type, documented = media
+        if not answers.is_json_media(media_type):
+            return answers.text_answer(op, status, headers, media_type, documented, made, call.key)
         value, meta = _value_of(made.response), dict(made.meta)
-        problem = json_schema.problem(value, schema)
+        problem = _schema_problem(op, value, documented.schema)
         if problem is not None:  # the simulator's answer breaks the promise: one from the schema
             value = schema_value(op, call.key, status)
             meta = {**meta, "simulator": "schema", "replaced": f"{meta.get('simulator', 'the simulator')}'s "
                                                               f"answer broke the schema at {problem}"}
-            still = json_schema.problem(value, schema)
+            still = _schema_problem(op, value, documented.schema)
             if still is not None:
-                return Simulation(made.response, ok=False, meta={**meta, "error": f"no answer that follows the "
-                                                                                  f"schema could be made: {still}"})
-        if meta.get("simulator") == "schema":
-            value = with_arguments(value, schema, op, call.args)
-        _, body = api_body_parts(value)
-        content_type = "application/json" if "*" in media[0] else media[0]
-        return Simulation(Response(status, (("content-type", content_type),), body), ok=True, meta=meta)
+                return answers.failed(f"no answer that follows the schema could be made: {still}", meta,
+                                      simulator_on=True)
+        if meta.get("simulator") == "schema" and documented.schema is not None:
+            value = with_arguments(value, documented.schema, op, call.args)
+        content_type = "application/json" if "*" in media_type else media_type
+        body = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return Simulation(Response(status, (("content-type", content_type), *headers), body), ok=True, meta=meta)
 
     def _operation(self, call: Call) -> Operation | None:
         name = call.facts.get("operation") if call.facts else None
@@ -111,15 +134,17 @@ class OpenApi(BaseKind):
 
 def schema_value(op: Operation, key: str, status: int) -> Any:
     """A value for ``op``'s documented answer: its documented example when it follows the
-    schema, else one made from the schema, drawn by ``key``."""
+    schema, else one made from the schema, drawn by ``key`` (drawn again, without the
+    schema's own examples, when a draw breaks it)."""
     reply = op.replies.get(str(status)) or op.success()[1]
     media = reply.json_media() if reply is not None else None
     if media is None:
         return {}
-    for example in media[1].examples:
-        if media[1].schema is None or json_schema.problem(example, media[1].schema) is None:
-            return example
-    return value_for(media[1].schema, key)
+    return answers.value_following(op, media[1], key)
+
+
+def _schema_problem(op: Operation, value: Any, schema: Any) -> str | None:
+    return None if schema is None else json_schema.problem(value, schema, op.defs, "answer")
 
 
 def with_arguments(value: Any, schema: Any, op: Operation, args: Mapping[str, Any]) -> Any:
@@ -135,7 +160,7 @@ def with_arguments(value: Any, schema: Any, op: Operation, args: Mapping[str, An
     for name, given in pairs:
         for candidate in _readings(given):
             tried = {**value, name: candidate}
-            if json_schema.problem(tried, schema) is None:
+            if json_schema.problem(tried, schema, op.defs, "answer") is None:
                 value = tried
                 break
     return value
@@ -173,8 +198,16 @@ def answer_problem(op: Operation, response: Response) -> str | None:
         value = jsonsafe.loads(response.body) if response.body else None
     except (ValueError, UnicodeDecodeError):
         return f"{documented}: the answer is not JSON"
-    problem = json_schema.problem(value, media[1].schema)
+    problem = json_schema.problem(value, media[1].schema, op.defs, "answer")
     return f"{documented} {problem}" if problem else None
+
+
+def _documented_without_body(op: Operation, response: Response) -> bool:
+    """A status the operation documents without a body, answered without one (a 204 DELETE,
+    a 201 "Null response", a 302): a valid answer, which strict judging takes for an empty one."""
+    found = op.reply_for(response.status)
+    return (found is not None and not found[1].content and 200 <= response.status < 400
+            and not response.body.strip())
 
 
 def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
@@ -231,7 +264,3 @@ def _value_of(response: Response) -> Any:
     except (ValueError, UnicodeDecodeError):
         return response.body.decode("utf-8", "replace")
 
-
-def _with_status(made: Simulation, status: int) -> Simulation:
-    response = made.response
-    return Simulation(Response(status, response.headers, response.body), made.ok, made.meta, made.attempted)

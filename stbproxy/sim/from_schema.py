@@ -3,15 +3,21 @@ answers when the call's API documents the shape of its answer (an MCP tool's
 ``outputSchema``). Pure.
 
 Documented values come first (``const``, ``examples``, ``default``, ``enum``), then the
-types, formats, bounds and required members; leaves are drawn by their names as the
-template simulator draws them (``city`` a city, ``url`` a URL). The caller checks the
-result against the schema (json_schema.py): a schema whose rules this does not follow (a
-``pattern``, say) gets a value that breaks it, which is reported rather than served.
+types, formats, patterns, bounds and required members; leaves are drawn by their names as
+the template simulator draws them (``city`` a city, ``url`` a URL). An answer holds no
+``writeOnly`` member (a request no ``readOnly`` one). The caller checks the result against
+the schema (json_schema.py): a schema whose rules this does not follow gets a value that
+breaks it, which is reported rather than served; ``attempt`` 1, 2, ... draw again without
+the documented values (a document's example may break its own schema) and with the other
+branches of a ``oneOf``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Mapping
+
+from stbproxy import json_schema
 
 from stbproxy.sim.schema import ValueGenerator
 
@@ -29,18 +35,28 @@ _FORMATS = {
     "url": lambda g: g.string_for({"url"}),
     "uuid": lambda g: g.string_for({"uuid"}),
     "ipv4": lambda g: ".".join(str(g.rng.randint(1, 254)) for _ in range(4)),
+    "ipv6": lambda g: "2001:db8::" + format(g.rng.randint(1, 0xFFFF), "x"),
+    "hostname": lambda g: f"{g.string_for({'slug'}).replace('_', '-')}.example.com",
+    "byte": lambda g: "c3RicHJveHk=",
+    "uri-reference": lambda g: g.string_for({"url"}),
 }
+_SKIPPED = {"answer": "writeOnly", "request": "readOnly"}
 
 
-def value_for(schema: Any, seed_key: str | bytes) -> Any:
-    """A value for ``schema``, drawn with ``seed_key``."""
-    return _Maker(schema, seed_key).make(schema, "", 0)
+def value_for(schema: Any, seed_key: str | bytes, defs: Mapping[str, Any] | None = None,
+              direction: str = "answer", attempt: int = 0) -> Any:
+    """A value for ``schema``, drawn with ``seed_key``; ``defs``: the shared schemas its
+    ``#/$defs/NAME`` references name; ``direction``: "answer" or "request"."""
+    root = {**schema, "$defs": {**defs, **schema.get("$defs", {})}} if defs and isinstance(schema, dict) else schema
+    return _Maker(root, seed_key, direction, attempt).make(schema, "", 0)
 
 
 class _Maker:
-    def __init__(self, root: Any, seed_key: str | bytes) -> None:
+    def __init__(self, root: Any, seed_key: str | bytes, direction: str = "answer", attempt: int = 0) -> None:
         self.root = root
-        self.gen = ValueGenerator(seed_key)
+        self.gen = ValueGenerator(f"{seed_key}#{attempt}" if attempt else seed_key)
+        self.skipped = _SKIPPED.get(direction, "")
+        self.attempt = attempt
 
     def make(self, schema: Any, name: str, depth: int) -> Any:
         if schema is True or not isinstance(schema, dict):
@@ -50,19 +66,17 @@ class _Maker:
             return None
         if "const" in schema:
             return schema["const"]
-        examples = schema.get("examples")
-        if isinstance(examples, list) and examples:
-            return examples[0]
-        if "example" in schema:  # OpenAPI 3.0's single example
-            return schema["example"]
-        if "default" in schema:
-            return schema["default"]
+        documented = self._documented(schema)
+        if documented is not _NONE:
+            return documented
         if isinstance(schema.get("enum"), list) and schema["enum"]:
             return self.gen.rng.choice(schema["enum"])
         for combined in ("oneOf", "anyOf"):
             options = schema.get(combined)
             if isinstance(options, list) and options:
-                return self.make(_merged(schema, options[0], combined), name, depth + 1)
+                chosen = options[(self.attempt + depth) % len(options)] if self.attempt else options[0]
+                return self.make(_merged(schema, self._resolved(chosen) if isinstance(chosen, dict) else {}, combined),
+                                 name, depth + 1)
         if isinstance(schema.get("allOf"), list):
             merged = {k: v for k, v in schema.items() if k != "allOf"}
             for part in schema["allOf"]:
@@ -85,6 +99,19 @@ class _Maker:
             return None
         return self.gen.leaf("str", name)
 
+    def _documented(self, schema: dict) -> Any:
+        """The schema's own example or default, on the first attempt only."""
+        if self.attempt:
+            return _NONE
+        examples = schema.get("examples")
+        if isinstance(examples, list) and examples:
+            return examples[0]
+        if "example" in schema:  # OpenAPI 3.0's single example
+            return schema["example"]
+        if "default" in schema:
+            return schema["default"]
+        return _NONE
+
     def _resolved(self, schema: dict) -> dict:
         seen = 0
         while isinstance(schema.get("$ref"), str) and seen < MAX_DEPTH:
@@ -98,6 +125,11 @@ class _Maker:
     def _object(self, schema: dict, depth: int) -> dict:
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        if self.skipped:  # writeOnly members are never in an answer, readOnly ones never in a request
+            hidden = {n for n, sub in properties.items()
+                      if isinstance(sub, dict) and self._resolved(sub).get(self.skipped) is True}
+            properties = {n: sub for n, sub in properties.items() if n not in hidden}
+            required = [n for n in required if n not in hidden]
         if depth >= OPTIONAL_DEPTH:
             properties = {name: sub for name, sub in properties.items() if name in required}
         made = {name: self.make(sub, name, depth + 1) for name, sub in properties.items()}
@@ -121,10 +153,14 @@ class _Maker:
         return out
 
     def _string(self, schema: dict, name: str) -> str:
-        made = _FORMATS.get(str(schema.get("format", "")))
-        text = made(self.gen) if made else str(self.gen.leaf("str", name))
         low = _int(schema.get("minLength"), 0)
         high = _int(schema.get("maxLength"), None)
+        if isinstance(schema.get("pattern"), str):
+            text = text_for_pattern(schema["pattern"], self.gen.rng, low, high)
+            if text is not None:
+                return text
+        made = _FORMATS.get(str(schema.get("format", "")))
+        text = made(self.gen) if made else str(self.gen.leaf("str", name))
         if len(text) < low:
             text = text + "x" * (low - len(text))
         if high is not None and len(text) > high:
@@ -149,6 +185,9 @@ class _Maker:
         if integer:
             value = int(value)
         return value
+
+
+_NONE = object()  # no documented value
 
 
 def _type_of(schema: dict) -> str:
@@ -194,3 +233,103 @@ def _pointer(root: Any, ref: str) -> Any:
 
 def _int(value: Any, fallback: int | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else fallback
+
+
+# -- strings that follow a pattern ----------------------------------------------------------
+
+_PROPERTY = re.compile(r"\\[pP]\{[^}]*\}")  # \p{L} and the like: read as a letter to draw from
+_PARSER = getattr(re, "_parser", None)
+_CONSTANTS = getattr(re, "_constants", None)
+_CHOICES = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_ .:/@"
+
+
+def text_for_pattern(pattern: str, rng, low: int = 0, high: int | None = None) -> str | None:
+    """A string that ``pattern`` (ECMA-262) matches, within the length bounds, drawn with
+    ``rng``; None when none was found in a few draws (the caller falls back on the rest)."""
+    if _PARSER is None:
+        return None
+    try:
+        parsed = _PARSER.parse(_PROPERTY.sub("[a-z]", pattern.replace("[^]", "[\\s\\S]")))
+    except (re.error, ValueError, OverflowError, RecursionError):
+        return None
+    for _ in range(12):
+        try:
+            text = _Drawer(rng).draw(parsed)
+        except (RecursionError, ValueError, IndexError):
+            return None
+        if len(text) < low:
+            text = text + (text[-1:] or "a") * (low - len(text))
+        if (high is None or len(text) <= high) and json_schema.matches(pattern, text):
+            return text
+    return None
+
+
+class _Drawer:
+    """One draw from a pattern parsed by ``re``'s own parser (sre), item by item."""
+
+    def __init__(self, rng) -> None:
+        self.rng = rng
+        self.groups: dict[int, str] = {}
+
+    def draw(self, items, depth: int = 0) -> str:
+        c = _CONSTANTS
+        out = []
+        for op, av in items:
+            if op is c.LITERAL:
+                out.append(chr(av))
+            elif op is c.NOT_LITERAL:
+                out.append(next(ch for ch in _CHOICES if ord(ch) != av))
+            elif op is c.ANY:
+                out.append(self.rng.choice("abcxyz"))
+            elif op is c.IN:
+                out.append(self._one_of(av))
+            elif op is c.BRANCH:
+                out.append(self.draw(self.rng.choice(av[1]), depth + 1))
+            elif op is c.SUBPATTERN:
+                text = self.draw(av[-1], depth + 1)
+                if av[0] is not None:
+                    self.groups[av[0]] = text
+                out.append(text)
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+                lowest, highest, inner = av
+                top = min(highest, lowest + 3) if highest != c.MAXREPEAT else lowest + 3
+                count = self.rng.randint(lowest, max(lowest, top)) if depth < 6 else lowest
+                out.extend(self.draw(inner, depth + 1) for _ in range(count))
+            elif op is c.GROUPREF:
+                out.append(self.groups.get(av, ""))
+            elif op is getattr(c, "ATOMIC_GROUP", None):
+                out.append(self.draw(av, depth + 1))
+            # AT (anchors), ASSERT and ASSERT_NOT draw nothing
+        return "".join(out)
+
+    def _one_of(self, items) -> str:
+        c = _CONSTANTS
+        negated = bool(items) and items[0][0] is c.NEGATE
+        if not negated:
+            op, av = self.rng.choice(items)
+            if op is c.LITERAL:
+                return chr(av)
+            if op is c.RANGE:
+                return chr(self.rng.randint(av[0], min(av[1], av[0] + 25)))
+            if op is c.CATEGORY:
+                return next(ch for ch in self.rng.sample(_CHOICES, len(_CHOICES)) if _in_category(ch, av))
+            return "a"
+        return next((ch for ch in _CHOICES if not any(_in_item(ch, item) for item in items[1:])), "~")
+
+
+def _in_item(ch: str, item) -> bool:
+    c = _CONSTANTS
+    op, av = item
+    if op is c.LITERAL:
+        return ord(ch) == av
+    if op is c.RANGE:
+        return av[0] <= ord(ch) <= av[1]
+    if op is c.CATEGORY:
+        return _in_category(ch, av)
+    return False
+
+
+def _in_category(ch: str, category) -> bool:
+    name = str(category).rsplit("_", 1)[-1].lower()  # CATEGORY_DIGIT -> digit, CATEGORY_NOT_WORD -> word
+    has = {"digit": ch.isdigit(), "word": ch.isalnum() or ch == "_", "space": ch.isspace()}.get(name, True)
+    return not has if "_NOT_" in str(category) else has
