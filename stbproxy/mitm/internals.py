@@ -445,7 +445,7 @@ def guard_http2() -> None:
         elif isinstance(event, h2.events.StreamReset) and event.remote_reset:
             guard = _h2_guard_of(self)
             guard.doomed.discard(event.stream_id)
-            stream = guard.http_layer.streams.get(event.stream_id)
+            stream = guard.http_layer.streams.get(event.stream_id) if guard.http_layer is not None else None
             if stream is not None and getattr(stream, "flow", None) is not None:
                 h2_guard.cancel(stream.flow)
                 if stream.flow.live and event.stream_id not in self.streams:
@@ -473,7 +473,8 @@ def _h2_guard_of(server):
         from stbproxy.mitm.h2_guard import ConnectionGuard
 
         guard = server._stb_guard = ConnectionGuard()
-        guard.http_layer = next(item for item in reversed(server.context.layers) if isinstance(item, HttpLayer))
+        guard.http_layer = next((item for item in reversed(server.context.layers) if isinstance(item, HttpLayer)),
+                                None)
     return guard
 
 
@@ -493,6 +494,8 @@ def _h2_read_turn(server, guard, handling):
 def _h2_answering(guard) -> int:
     """The connection's streams being answered (reset ones included until their answer has
     stopped); streams mitmproxy has finished with but keeps (killed ones) are let go."""
+    if guard.http_layer is None:
+        return 0
     streams = guard.http_layer.streams
     live = 0
     for stream_id, stream in list(streams.items()):
