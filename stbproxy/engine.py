@@ -59,7 +59,7 @@ from stbproxy.recent import Recent
 from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.traffic.seam import LIVE, Call, Kinds
 from stbproxy.sessions import SessionRecord
 from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
 from stbproxy.store.write_failures import WriteFailures
@@ -80,6 +80,9 @@ CONFIGURATION_FAILURES = frozenset({"tls"})
 # Real answers the proxy refuses whole (over --max-upstream-body, a coding it does not decode:
 # upstream.py): errors in every mode too, never simulated, since the API did answer.
 REFUSED_ANSWERS = frozenset({"too-large", "undecodable"})
+# Failures of the proxy's own (an MCP session it could not open at the server): answered as
+# errors, never simulated, so nothing made up for them is ever kept.
+PROXY_SIDE_FAILURES = frozenset({"session"})
 LOGGED_URL_CHARS = 1024  # a URL in a log line or a reason: its first characters (a URL may take 64 KiB)
 # An upstream that declines a message it need not see yet (a stdio MCP server not started).
 DEFERRED = "deferred"
@@ -194,7 +197,22 @@ class Engine:
             note = self.playback.stop_note(ref)
             if note:
                 return await self._run(call, ref, self._answer_call, note)
+        if call.live and getattr(self.upstream, "open_stream", None) is not None:
+            return await self._live(call, ref)
         return await self._run(call, ref, self._answer_call)
+
+    async def _live(self, call: Call, ref: SessionRef | None) -> Answer:
+        """A call whose real answer may arrive as events (an MCP server's stream): the calling
+        rules run as for any call (the whole answer judged, kept or simulated), while its
+        kind's channel carries each event to the client as the server sends it. The client
+        gets whichever comes first: the whole answer, or the stream's head and the rest."""
+        channel = self.kinds.of(call).live(call, self.upstream.send, self.upstream.open_stream)
+        task = asyncio.ensure_future(self._run(replace(call, facts={**call.facts, LIVE: channel}), ref,
+                                               self._answer_call))
+        head = await channel.started(task)
+        if head is None:
+            return await task
+        return replace(self._answer(head, Source.UPSTREAM, call.key), stream=channel.rest(task))
 
     def session_of(self, session: str | None) -> SessionRef | None:
         return session_ref(session) if session else None
@@ -219,6 +237,8 @@ class Engine:
         served = self.kinds.of(call).served(call, answer.response, answer.source, answer.meta)
         if served is not answer.response:  # the kind shaped it for this request (an MCP id)
             answer = replace(answer, response=served)
+        if isinstance(served, StreamedResponse):  # played to the client as it goes (an MCP server's question)
+            answer = replace(answer, stream=served.stream)
         if note:
             answer = replace(answer, note={**note, **answer.note})
         if ref is not None:
@@ -373,7 +393,7 @@ class Engine:
         in record mode, and in every mode when a setting is at fault (TLS) or the answer was
         refused whole (too large, an unknown coding)."""
         if (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES or exc.kind in REFUSED_ANSWERS
-                or not call.may_simulate):
+                or exc.kind in PROXY_SIDE_FAILURES or not call.may_simulate):
             return self._error(call, exc)
         reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
         log.info("upstream failed for %s: %s", self._loggable(call.request), reason)

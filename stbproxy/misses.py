@@ -47,6 +47,7 @@ def closest(call: Call, store, rules: KeyRules) -> tuple[Exchange, list[keys.Dif
     prefixes = [f"http/{incoming.host}/{incoming.method}/", f"http/{incoming.host}/", "http/"]
     if call.api is not None:
         prefixes.insert(0, keys.api_prefix(call.api))
+    prefixes[:0] = call.facts.get("near", ())  # where its kind keeps calls like it (MCP: the server's method)
     view = view_of(call.key)
     for prefix in prefixes:
         best: tuple[int, Exchange, list[keys.Difference]] | None = None

@@ -123,12 +123,15 @@ class Upstream:
             content = await _read_whole(reply, self.config.max_body, request)
         return _response(reply, content), time.perf_counter() - started
 
-    async def open_stream(self, request: Request) -> tuple[Response, float]:
+    async def open_stream(self, request: Request, answer: bool = False) -> tuple[Response, float]:
         """As ``send``, but a 200 event stream comes back as it arrives (a StreamedResponse,
-        which waits for events as long as the server keeps it open); any other answer whole."""
+        which waits for events as long as the server keeps it open); any other answer whole.
+        ``answer``: the stream is a call's answer (an MCP server's to a POST), read with
+        ``send``'s timeout and up to --max-upstream-body, as a whole answer is."""
         started = time.perf_counter()
+        timeout = self._timeout if answer else self._stream_timeout
         async with self._failures(request):
-            reply = await self._stream_transport.handle_async_request(self._outgoing(request, self._stream_timeout))
+            reply = await self._stream_transport.handle_async_request(self._outgoing(request, timeout))
             if reply.status_code != 200 or not _is_event_stream(reply):
                 content = await _read_whole(reply, self.config.max_body, request)
                 return _response(reply, content), time.perf_counter() - started
@@ -138,7 +141,7 @@ class Upstream:
                 await reply.aclose()
                 raise
         head = _response(reply, b"")
-        stream = _EventStream(reply, _host_of(request), decoding)
+        stream = _EventStream(reply, _host_of(request), decoding, self.config.max_body if answer else None)
         return StreamedResponse(head.status, head.headers, b"", head.reason, stream), time.perf_counter() - started
 
     def _outgoing(self, request: Request, timeout: dict) -> httpx.Request:
@@ -195,16 +198,22 @@ class _EventStream:
     """A real server's event stream as it arrives (decoded: no Content-Encoding; each piece
     bounded, however well the server compressed it)."""
 
-    def __init__(self, reply: httpx.Response, host: str, decoding: "_Decoding") -> None:
+    def __init__(self, reply: httpx.Response, host: str, decoding: "_Decoding", limit: int | None = None) -> None:
         self._reply = reply
         self._host = host  # the stream's failure is logged where no redaction rule reaches: no path, no query
         self._decoding = decoding
+        self._limit = limit  # the most a call's answer may take (None: a stream that is never kept)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The stream's bytes; UpstreamError when the server breaks it off (not an end)."""
+        """The stream's bytes; UpstreamError when the server breaks it off (not an end), or
+        (``too-large``) when an answer passes its limit."""
+        made = 0
         try:
             async for raw in self._reply.aiter_raw():
                 for piece in self._decoding.feed(raw):
+                    made += len(piece)
+                    if self._limit is not None and made > self._limit:
+                        raise _too_large(self._limit, self._host, " (an event stream)")
                     yield piece
             for piece in self._decoding.flush():
                 yield piece

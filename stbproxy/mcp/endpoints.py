@@ -1,6 +1,7 @@
 """``serve --mcp NAME=URL``: MCP servers answered at the proxy's own address, for clients
 that ignore proxy variables. A client whose server URL is ``http://127.0.0.1:PORT/mcp/NAME``
-(or ``.../s/SESSION/mcp/NAME``, naming its session) is answered as if it had sent its
+(or ``.../s/SESSION/mcp/NAME``, naming its session; either with ``/mcp`` after it, for
+clients that take only a URL ending in ``/mcp``) is answered as if it had sent its
 messages to URL through the proxy: the same keys, the same store entries. Pure."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from stbproxy.errors import ConfigError
 from stbproxy.models import Request
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_PATH = re.compile(r"^(?:/s/(?P<session>[^/]+))?/mcp/(?P<name>[^/?]+)/?$")
+# /mcp/NAME, and /mcp/NAME/mcp for clients that take only a URL ending in /mcp (the Inspector CLI)
+_PATH = re.compile(r"^(?:/s/(?P<session>[^/]+))?/mcp/(?P<name>[^/?]+)(?:/mcp)?/?$")
 
 
 def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -95,6 +95,16 @@ def result_body(message_id: Any, result: Any) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": message_id, "result": result}, ensure_ascii=False).encode()
 
 
+def one_line(body: bytes) -> bytes:
+    """A JSON message on one line, as stdio framing and an event's one data line want it."""
+    if b"\n" not in body and b"\r" not in body:
+        return body
+    try:
+        return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":")).encode()
+    except ValueError:
+        return body.replace(b"\r", b"").replace(b"\n", b" ")
+
+
 def answer_of(body: bytes) -> dict | None:
     """The JSON-RPC response object of a JSON answer body, or None."""
     try:

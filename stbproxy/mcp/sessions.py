@@ -8,6 +8,13 @@ proxy opens a session of its own there, with the client's own ``initialize`` whe
 process saw it (else one with the client's protocol version), and sends the server's id
 in place of the one it minted. The map is per process and bounded; a process that never
 saw the minted id opens its own server session the same way.
+
+A server that does not know the session a request names (it restarted, it ended the
+session, or the id is one the proxy minted and it never saw) says so with 404 (400 and a
+word of the session, for some servers): the proxy opens a session of its own in its place
+and sends the request again, once; the client goes on with the id it has. When no session
+can be opened, the call fails with an UpstreamError of kind ``session``, which the engine
+answers as an error, never simulated: nothing is made up for a problem of the proxy's own.
 """
 
 from __future__ import annotations
@@ -56,25 +63,37 @@ class SessionMap:
     def forget(self, minted: str) -> None:
         self._minted.pop(minted)
 
+    def opened(self, session_id: str, initialize_body: bytes) -> None:
+        """A session a client opened at the server itself: its ``initialize`` is kept, so that
+        one like it can be opened should the server forget it."""
+        if self._minted.get(session_id) is None:
+            self._minted.put(session_id, _Minted(initialize_body, session_id))
+
     async def send(self, request: Request, send: Send) -> tuple[Response, float]:
-        """Send ``request`` to the server; a minted session id is replaced by the server's
-        own (a session is opened there first when there is none, and again once when the
-        server says it has forgotten it)."""
-        minted = request.header(SESSION_HEADER)
-        if not self.is_minted(minted):
+        """Send ``request`` to the server in the session its client names: a minted id is
+        replaced by the server's own (a session is opened there first when there is none),
+        and a session the server does not know is opened again, once (the module docstring)."""
+        named = request.header(SESSION_HEADER)
+        if not named:
             return await send(request)
-        real = self.real_id(minted) or await self._open(minted, request, send)
+        state = self._minted.get(named)
+        real = state.real if state is not None else None if self.is_minted(named) else named
+        if real is None:
+            real = await self._open(named, request, send)
         response, seconds = await send(_with_session(request, real))
-        if response.status == 404:  # the server ended its session: open another, once
-            real = await self._open(minted, request, send)
+        if request.method != "DELETE" and unknown_session(response):
+            real = await self._open(named, request, send)
             response, seconds = await send(_with_session(request, real))
+            if unknown_session(response):
+                raise UpstreamError(f"the MCP server at {request.url} does not know the session the proxy opened "
+                                    f"for this client (HTTP {response.status})", kind="session")
         return response, seconds
 
     async def send_in_open_session(self, request: Request, send: Send) -> tuple[Response, float]:
         """Send ``request`` (a session's GET stream) to the server session a minted id stands
         for; one is never opened for it: a server says nothing to a session it never had."""
         minted = request.header(SESSION_HEADER)
-        if not self.is_minted(minted):
+        if not minted or (not self.is_minted(minted) and self._minted.get(minted) is None):
             return await send(request)
         real = self.real_id(minted)
         if real is None:
@@ -93,13 +112,21 @@ class SessionMap:
         answer, _ = await send(Request("POST", request.url, headers, body))
         real = answer.header(SESSION_HEADER)
         if answer.status != 200 or not real:
-            raise UpstreamError(f"the MCP server at {request.url} opened no session for a client whose "
-                                f"initialize the store answered (HTTP {answer.status})", kind="protocol")
+            raise UpstreamError(f"the MCP server at {request.url} opened no session for this client, which the "
+                                f"proxy asked it to (HTTP {answer.status})", kind="session")
         notified = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
         await send(Request("POST", request.url, headers + ((SESSION_HEADER, real), (VERSION_HEADER, version)),
                            notified))
         state.real = real
         return real
+
+
+def unknown_session(response: Response) -> bool:
+    """Whether a server says it does not know the session a request named: 404, as the
+    specification has it, or 400 with a word of the session (the reference server's)."""
+    if response.status == 404:
+        return True
+    return response.status == 400 and b"session" in response.body[:500].lower()
 
 
 def _with_session(request: Request, session_id: str) -> Request:

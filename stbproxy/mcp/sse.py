@@ -4,6 +4,7 @@ recorded (event ids, priming events, comments, the order of events). Pure."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,96 @@ def with_answer_id(body: bytes, new_id: Any) -> bytes:
     for block, separator in _blocks_with_separators(body):
         out += _rewritten(block, new_id) + separator
     return bytes(out)
+
+
+def split_blocks(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The complete events of what a stream sent so far (each with its blank line), and what
+    is left of an event still arriving."""
+    blocks = []
+    position = 0
+    for found in _BLOCK_END.finditer(buffer):
+        blocks.append(buffer[position:found.end()])
+        position = found.end()
+    return blocks, buffer[position:]
+
+
+def blocks_with_separators(body: bytes) -> list[tuple[bytes, bytes]]:
+    """Each event block of a stream with the blank line after it (empty for the last when none)."""
+    return _blocks_with_separators(body)
+
+
+def message_of(block: bytes) -> dict | None:
+    """The JSON-RPC message one event block carries, or None."""
+    event = _event(block)
+    if event is None or not event.data.strip():
+        return None
+    try:
+        value = jsonsafe.loads(event.data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_answer_block(block: bytes) -> bool:
+    """Whether an event carries a JSON-RPC answer (a result or an error), not a notification
+    or a server's request."""
+    if b'"result"' not in block and b'"error"' not in block:
+        return False
+    message = message_of(block)
+    return message is not None and "method" not in message and ("result" in message or "error" in message)
+
+
+def with_request_ids(body: bytes, new_id: Any, progress_token: Any) -> bytes:
+    """``body`` as the stream of a request with id ``new_id`` and progress token
+    ``progress_token`` (None: it asked for no progress): the answer's id, each progress
+    notification's token (left out when no progress was asked for) and a cancellation's
+    request id set to this request's; every other byte as it was."""
+    out = bytearray()
+    for block, separator in _blocks_with_separators(body):
+        if b'"notifications/progress"' in block or b'"notifications/cancelled"' in block:
+            block = _notification_for(block, new_id, progress_token)
+            if block is None:
+                continue
+        else:
+            block = _rewritten(block, new_id)
+        out += block + separator
+    return bytes(out)
+
+
+def _notification_for(block: bytes, new_id: Any, progress_token: Any) -> bytes | None:
+    message = message_of(block)
+    params = message.get("params") if message else None
+    if not isinstance(params, dict):
+        return block
+    if message.get("method") == "notifications/progress":
+        if progress_token is None:
+            return None  # the request asked for no progress: a client would find no one waiting for it
+        field, value = "progressToken", progress_token
+    elif message.get("method") == "notifications/cancelled":
+        field, value = "requestId", new_id
+    else:
+        return block
+    if params.get(field) == value:
+        return block
+    message = {**message, "params": {**params, field: value}}
+    return with_data(block, json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def with_data(block: bytes, data: bytes) -> bytes:
+    """An event block with its data lines replaced by ``data`` (one line), its other fields kept."""
+    lines = block.splitlines(keepends=True)
+    kept, placed = [], False
+    for line in lines:
+        if line.startswith(b"data:"):
+            if not placed:
+                ending = line[len(line.rstrip(b"\r\n")):]
+                kept.append(b"data: " + data + ending)
+                placed = True
+            continue
+        kept.append(line)
+    if not placed:
+        kept.append(b"data: " + data)
+    return b"".join(kept)
 
 
 def encode(items: list[Event]) -> bytes:

@@ -40,7 +40,9 @@ from stbproxy import json_schema, keys
 from stbproxy.keys import KeyRules
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.jsonrpc import Message
+from stbproxy.mcp.live import LiveAnswer
 from stbproxy.mcp.protocol import Era
+from stbproxy.mcp.questions import Questions, asked_in, replayed
 from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool_result, tool_doc
 from stbproxy.models import ApiRef, Request, Response, Source
@@ -49,7 +51,7 @@ from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb.validity import FailureKind, Verdict
 from stbproxy.traffic.plain_http import judge_http
-from stbproxy.traffic.seam import BaseKind, Call, Judged
+from stbproxy.traffic.seam import LIVE, BaseKind, Call, Judged
 
 NAME = "mcp"
 SESSION = protocol.SESSION_HEADER.lower()
@@ -61,6 +63,14 @@ REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrp
 CALLS_KEPT = 2048  # calls made recently, by their message without its id
 PROXY_FAILURES = frozenset({Source.MISS, Source.ERROR, Source.UNAVAILABLE, Source.SIMULATED_ERROR})
 JSON = (("Content-Type", "application/json"),)
+# Requests that only set something up for the session: answered {} when no server can be asked.
+SETTINGS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+# Faults on stdio, where no HTTP status can carry them: the JSON-RPC error each stands for.
+STDIO_FAULTS = {"down": (NO_ANSWER, "the server is down"), "refuse": (NO_ANSWER, "the server refused the connection"),
+                "timeout": (NO_ANSWER, "the server gave no answer in time"),
+                "status": (jsonrpc.INTERNAL_ERROR, "the server failed"),
+                "malformed": (jsonrpc.INTERNAL_ERROR, "the server's answer was not valid JSON"),
+                "empty": (jsonrpc.INTERNAL_ERROR, "the server's answer was empty")}
 
 
 class Mcp(BaseKind):
@@ -69,6 +79,7 @@ class Mcp(BaseKind):
     def __init__(self, stored: StoredBodies | None = None) -> None:
         self.tools = ToolIndex(stored)
         self.sessions = SessionMap()
+        self.questions = Questions()  # what servers asked clients in the middle of a call, and their answers
         self._made: Recent[Call] = Recent(CALLS_KEPT)
 
     # -- recognising -------------------------------------------------------------------
@@ -105,7 +116,10 @@ class Mcp(BaseKind):
         if message.kind in (jsonrpc.INVALID, jsonrpc.BATCH) and _speaks_mcp(headers):
             return self._broken(request, message)
         if message.kind == jsonrpc.RESPONSE:
-            return self._passed_on(request, "response", None) if over_stdio or _speaks_mcp(headers) else None
+            if not (over_stdio or _speaks_mcp(headers)):
+                return None
+            call = self._passed_on(request, "response", None)
+            return replace(call, facts={**call.facts, "answers": message.id})
         if message.kind not in (jsonrpc.REQUEST, jsonrpc.NOTIFICATION) or not (
                 over_stdio or protocol.is_mcp_method(message.method)):
             return None
@@ -129,9 +143,12 @@ class Mcp(BaseKind):
         is_tool = message.method == "tools/call" and name is not None
         if is_tool:  # named in session records, for counts by server and tool
             facts = {**facts, "tool": name, "where": protocol.server_label(facts["server"])}
+        facts = {**facts, "progress": _progress_token(message.params),
+                 "near": (protocol.key_prefix(facts["server"], message.method, name),
+                          protocol.key_prefix(facts["server"], message.method))}
         api = ApiRef(facts["server"], name, name) if is_tool else None
         return Call(key, request, request, api, arguments if isinstance(arguments, dict) else {}, request.host,
-                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts)
+                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts, live=not over_stdio)
 
     def _broken(self, request: Request, message: Message) -> Call:
         """A message of an MCP session that is no JSON-RPC message MCP takes: a batch (2025-03-26
@@ -166,6 +183,9 @@ class Mcp(BaseKind):
         result = answer.get("result")
         keep = not (isinstance(result, dict) and result.get("resultType") == "input_required")
         meta = dict(judged.meta)
+        asked = self.questions.recorded(call.facts["server"], _session_of(call), asked_in(response))
+        if asked:  # the server's questions in the middle of the call, with the client's answers
+            meta["asked"] = asked
         if isinstance(result, dict) and result.get("cacheScope") == "private":
             meta["private"] = True
         if "error" in answer:
@@ -177,8 +197,21 @@ class Mcp(BaseKind):
             return _failed(judged, f"the tool reported an error: {_result_text(result)[:200]}", FailureKind.OTHER)
         return Judged(response, judged.verdict, meta, keep=keep)
 
+    def miss_document(self, call: Call, explanation: dict) -> dict:
+        """The explanation, with the closest stored call's differences in what keys it only (its
+        JSON-RPC id and ``_meta`` differ on every call and choose nothing)."""
+        closest = explanation.get("closest")
+        if not isinstance(closest, dict):
+            return explanation
+        kept = [d for d in closest.get("differences", ())
+                if not (d.get("part") in ("json:id", "json:jsonrpc") or str(d.get("part")).startswith("json:params._meta"))]
+        return {**explanation, "closest": {**closest, "differences": kept}}
+
     # -- serving -----------------------------------------------------------------------
     def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+        return self._with_session(call, self._shaped(call, response, source, meta), source)
+
+    def _shaped(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
         facts = call.facts
         if facts.get("refused"):
             return response
@@ -190,13 +223,34 @@ class Mcp(BaseKind):
             self.tools.note(facts["server"], response)
         body = response.body
         if sse.is_event_stream(response.header("content-type")):
-            body = sse.with_answer_id(body, facts["id"])
+            # the client's own id, progress token and request ids in place of the recording's
+            body = sse.with_request_ids(body, facts["id"], facts.get("progress"))
         else:
             body = jsonrpc.with_id(body, facts["id"])
         served = Response(response.status, response.headers, body, response.reason)
         if facts.get("method") == "initialize" and response.header(protocol.SESSION_HEADER) is not None:
             served = served.with_header(protocol.SESSION_HEADER, self.sessions.mint(call.request.body))
+        if meta.get("asked"):  # the server asked the client something: played in place, answers awaited
+            return replayed(served, meta["asked"], self.questions, facts["server"], _session_of(call), facts["id"])
         return served
+
+    def _with_session(self, call: Call, response: Response, source: Source) -> Response:
+        """Every answer carries the session id its client is to use: the one it sent (never a
+        stored REDACTED, nor the server's own id where the proxy stands in for it)."""
+        answered = response.header(protocol.SESSION_HEADER)
+        if answered is None:
+            return response
+        sent = call.request.header(protocol.SESSION_HEADER)
+        if sent:
+            return response if answered == sent else response.with_header(protocol.SESSION_HEADER, sent)
+        if source is Source.UPSTREAM:
+            if call.facts.get("method") == "initialize":  # a session the client opened itself
+                self.sessions.opened(answered, call.request.body)
+            return response
+        if call.facts.get("method") == "initialize" and self.sessions.is_minted(answered):
+            return response
+        return Response(response.status, tuple(h for h in response.headers if h[0].lower() != SESSION),
+                        response.body, response.reason)
 
     def _proxy_failure(self, call: Call, response: Response, source: Source) -> Response:
         """A failure of the proxy's own as the JSON-RPC error an MCP client reads at once
@@ -230,9 +284,11 @@ class Mcp(BaseKind):
             if minted:
                 self.sessions.forget(minted)
             return Response(200, JSON, b"")
+        if facts.get("answers") is not None:  # the client's answer to a question the proxy replayed
+            self.questions.answered(facts["server"], _session_of(call), call.request.body)
         if facts.get("id") is None:
             return Response(202, JSON, b"")  # a notification, or the client's answer to a server
-        if what == "ping":
+        if what in SETTINGS:
             return Response(200, JSON, jsonrpc.result_body(facts["id"], {}))
         return Response(200, JSON, jsonrpc.error_body(
             facts["id"], NO_ANSWER, f"stbproxy: {what} is always passed on to the server, and none can be asked"))
@@ -240,7 +296,15 @@ class Mcp(BaseKind):
     async def send_upstream(self, call: Call, send) -> tuple[Response, float]:
         if call.streams:
             return await self.sessions.send_in_open_session(call.upstream, send)
-        return await self.sessions.send(call.upstream, send)
+        if call.facts.get("answers") is not None and self.questions.answered(
+                call.facts["server"], _session_of(call), call.request.body):
+            return Response(202, JSON, b""), 0.0  # it answers a question the proxy replayed: never the server's
+        channel = call.facts.get(LIVE)
+        return await self.sessions.send(call.upstream, channel.send if channel is not None else send)
+
+    def live(self, call: Call, send, open_stream) -> LiveAnswer:
+        return LiveAnswer(call.upstream.body, call.facts.get("id"), send, open_stream,
+                          lambda head: self.served(call, head, Source.UPSTREAM, {}))
 
     # -- simulating --------------------------------------------------------------------
     def describe(self, call: Call):
@@ -295,6 +359,9 @@ class Mcp(BaseKind):
                                                                             "failed."}], "isError": True})
         if kind == "rpc-error":
             return self._error(call, jsonrpc.INTERNAL_ERROR, f"Injected fault ({rule}): internal error")
+        if call.request.url.startswith(protocol.STDIO_SCHEME) and kind in STDIO_FAULTS:
+            code, what = STDIO_FAULTS[kind]  # stdio has no HTTP status: MCP's own error, with the request's id
+            return self._error(call, code, f"Injected fault ({rule}): {what}")
         return None
 
     def _result(self, call: Call, result: dict) -> Response:
@@ -304,6 +371,17 @@ class Mcp(BaseKind):
 
     def _error(self, call: Call, code: int, text: str) -> Response:
         return Response(200, JSON, jsonrpc.error_body(call.facts.get("id"), code, text))
+
+
+def _session_of(call: Call) -> str:
+    """The session a message belongs to, as its client names it (empty over stdio and in the
+    stateless era)."""
+    return call.request.header(protocol.SESSION_HEADER) or ""
+
+
+def _progress_token(params: Any) -> Any:
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
 
 
 def _speaks_mcp(headers: Mapping[str, str]) -> bool:

@@ -261,7 +261,7 @@ class StbAddon:
             log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
             flow.response = error_response(502, "stbproxy internal error (see the proxy's log)")
             return
-        if answer.source is Source.CACHE:
+        if answer.source is Source.CACHE and answer.stream is None:  # (a stored MCP answer may play as it goes)
             flow.response = self.prebuilt.response(answer.key, answer.response,
                                                    lambda: response_to_mitm(answer.response))
         else:

@@ -17,6 +17,7 @@ connection (the server's stream is closed then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Awaitable, Callable, Protocol
 
@@ -68,9 +69,16 @@ async def carry(stream: BodyStream, head: bytes, writer: ClientWriter,
             if data:
                 writer.write(b"%x\r\n%s\r\n" % (len(data), data))
                 await writer.drain()
+        # Stop listening before the last chunk: what the client sends once it has read it is its
+        # next request (a call's answer is followed by the next call), the lane's to read.
+        spoke = listening.done()
+        if not spoke:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening  # its read is over: the lane may read again
         writer.write(b"0\r\n\r\n")
         await writer.drain()
-        return not listening.done()
+        return not spoke
     except UpstreamError as exc:
         log.info("stbproxy: %s; the client's connection is closed so that it sees the break", exc)
         return False

@@ -33,6 +33,7 @@ class Call:
     kind: str = "http"  # the name of the TrafficKind that made it
     keep: bool = True  # False: passed on every time and never stored (without a real API, local_answer)
     streams: bool = False  # its answer is carried as it arrives (an event stream a server keeps open)
+    live: bool = False  # its real answer may be events: carried to the client as they arrive, kept once whole
     faultable: bool = True  # whether --faults may fail it
     may_simulate: bool = True  # False: when its real API gives no answer, the client is told; nothing is made up
     private: bool = False  # its answers are its caller's alone: never written to the shared tier
@@ -51,6 +52,7 @@ class Judged(NamedTuple):
 
 
 Send = Callable[[Request], Awaitable[tuple[Response, float]]]  # the engine's upstream client
+LIVE = "live"  # Call.facts: the channel of a live call's answer (TrafficKind.live)
 
 
 class TrafficKind(Protocol):
@@ -92,6 +94,11 @@ class TrafficKind(Protocol):
 
     async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
         """The real API's answer to ``call``, sent with ``send``."""
+
+    def live(self, call: Call, send: Send, open_stream: Send) -> Any:
+        """For a ``live`` call: the channel that carries its real answer's events to the client
+        as they arrive (mcp/live.py: ``started``, ``rest``); the engine puts it in the call's
+        facts under LIVE for ``send_upstream``."""
 
 
 class BaseKind:
