@@ -251,3 +251,95 @@ def test_the_stop_watch_is_armed_by_the_signal_whatever_the_loop_does():
         signal.signal(signal.SIGUSR1, before)
     time.sleep(0.1)
     assert exits == [1] and threading.active_count() >= 1
+
+
+# -- mitmproxy's HTTP/2 layer with the guard, driven in-process (no sockets) ---------------------
+
+
+class Layers:
+    """mitmproxy's HTTP layer over one HTTP/2 client, guarded as serve guards it, fed what an
+    h2 client sends; hooks are never answered, so every stream opened stays in work."""
+
+    def __init__(self) -> None:
+        from mitmproxy import connection
+        from mitmproxy.addons import proxyserver
+        from mitmproxy.proxy import context, events
+        from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
+        from mitmproxy.test import taddons
+
+        from stbproxy.mitm import internals
+
+        internals.guard_http2()
+        self._addons = taddons.context(proxyserver.Proxyserver())
+        client = connection.Client(peername=("127.0.0.1", 50000), sockname=("127.0.0.1", 8080), timestamp_start=0,
+                                   alpn=b"h2", state=connection.ConnectionState.OPEN)
+        ctx = context.Context(client, self._addons.options)
+        ctx.server.address, ctx.server.tls = ("a.test", 443), True
+        self.layer = HttpLayer(ctx, HTTPMode.transparent)
+        self.client = client
+        self.hooks: list[str] = []
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.h2.initiate_connection()
+        self.answers = self._drive(events.Start())
+
+    def _drive(self, event) -> list:
+        from mitmproxy.proxy import commands, events
+
+        pending, received = [event], []
+        while pending:
+            for command in self.layer.handle_event(pending.pop(0)):
+                if isinstance(command, commands.SendData):
+                    received += self.h2.receive_data(command.data)
+                elif isinstance(command, commands.RequestWakeup):
+                    pending.append(events.Wakeup(command))  # the next turn's frames
+                elif isinstance(command, commands.StartHook):
+                    self.hooks.append(command.name)
+        return received
+
+    def send(self) -> list:
+        from mitmproxy.proxy import events
+
+        return self._drive(events.DataReceived(self.client, self.h2.data_to_send()))
+
+    def open(self, count: int) -> list[int]:
+        streams = []
+        for n in range(count):
+            stream = self.h2.get_next_available_stream_id()
+            self.h2.send_headers(stream, [(":method", "GET"), (":scheme", "https"), (":authority", "a.test"),
+                                          (":path", f"/{stream}")], end_stream=True)
+            streams.append(stream)
+        return streams
+
+    def reset(self, streams: list[int]) -> None:
+        for stream in streams:
+            self.h2.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+
+
+def test_streams_in_work_past_the_limit_are_refused_and_resets_past_the_budget_end_the_connection():
+    import h2.events
+
+    layers = Layers()
+    opened = layers.open(h2_guard.MAX_STREAMS)
+    layers.send()
+    assert layers.hooks.count("requestheaders") == h2_guard.MAX_STREAMS
+    layers.reset(opened[:60])  # closed for HTTP/2, but their answers (hooks) are still under way
+    layers.send()
+    extra = layers.open(1)
+    answers = layers.send()
+    refused = [a for a in answers if isinstance(a, h2.events.StreamReset)]
+    assert [(a.stream_id, a.error_code) for a in refused] == [(extra[0], h2.errors.ErrorCodes.REFUSED_STREAM)]
+    assert layers.hooks.count("requestheaders") == h2_guard.MAX_STREAMS  # nothing was begun for it
+    layers.reset(opened[60:])  # 60 + 1 refused + 40 = 101 resets: past the budget
+    answers = layers.send()
+    ended = [a for a in answers if isinstance(a, h2.events.ConnectionTerminated)]
+    assert len(ended) == 1 and ended[0].error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_a_request_reset_in_the_same_frames_or_already_waiting_is_never_opened():
+    layers = Layers()
+    for _ in range(10):  # ten request-then-reset pairs, each pair in one write
+        layers.reset(layers.open(1))
+    batch = layers.open(20)  # twenty requests, then their resets, in one write
+    layers.reset(batch)
+    layers.send()
+    assert "requestheaders" not in layers.hooks
