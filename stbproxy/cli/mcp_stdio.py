@@ -11,8 +11,6 @@ standard output: everything the proxy says goes to standard error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import signal
 import sys
@@ -118,9 +116,13 @@ async def _serve(settings, argv: list[str], session: str) -> int:
             if message.kind == jsonrpc.REQUEST:
                 await to_client(jsonrpc.error_body(message.id, jsonrpc.INTERNAL_ERROR, "stbproxy internal error"))
             return
-        body = answered.response.body.strip()
-        if body and message.kind == jsonrpc.REQUEST:
-            await to_client(_one_line(body))
+        if message.kind == jsonrpc.REQUEST:
+            first = True
+            async for out in _lines_of(answered, message.id):
+                if not first:  # one message per read, as a server writes them (the module's PACE)
+                    await asyncio.sleep(PACE)
+                await to_client(out)
+                first = False
 
     pending: set[asyncio.Task] = set()
     stop = asyncio.ensure_future(stopping.wait())
@@ -156,15 +158,66 @@ async def _serve(settings, argv: list[str], session: str) -> int:
     return _exit_status(server.returncode)
 
 
-def _one_line(body: bytes) -> bytes:
-    """A JSON message on one line, as stdio framing wants it."""
-    if b"\n" not in body:
-        return body
-    with contextlib.suppress(ValueError):
-        return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":")).encode()
-    return body.replace(b"\r", b"").replace(b"\n", b" ")
+async def _lines_of(answered, message_id):
+    """The lines that answer a request: a stored stream's messages in order (played as they go
+    when the server asked the client something), or of a live answer only its last one (the
+    server's other lines reached the client as it wrote them); an answer that is no JSON-RPC
+    message (an HTTP-shaped error) as the JSON-RPC error it stands for."""
+    from stbproxy.mcp import jsonrpc, sse
+    from stbproxy.models import Source
+
+    response = answered.response
+    if answered.stream is not None:
+        async for line in _streamed(answered.stream):
+            yield line
+        return
+    body = response.body.strip()
+    if sse.is_event_stream(response.header("content-type")):
+        blocks = [block for block, _ in sse.blocks_with_separators(body)]
+        if answered.source is not Source.CACHE:
+            blocks = [block for block in blocks if sse.is_answer_block(block)]
+        for message in _data_of(blocks):
+            yield jsonrpc.one_line(message)
+        return
+    if not body:
+        return
+    if jsonrpc.answer_of(body) is None:
+        text = body.decode("utf-8", "replace")[:500]
+        body = jsonrpc.error_body(message_id, -32011, f"stbproxy: no answer: {text}")
+    yield jsonrpc.one_line(body)
 
 
+async def _streamed(stream):
+    """Each message of a stream played as it goes, as one line."""
+    from stbproxy.mcp import jsonrpc, sse
+
+    pending = b""
+    try:
+        async for chunk in stream.chunks():
+            blocks, pending = sse.split_blocks(pending + chunk)
+            for message in _data_of(blocks):
+                yield jsonrpc.one_line(message)
+        for message in _data_of([pending]):
+            yield jsonrpc.one_line(message)
+    finally:
+        await stream.aclose()
+
+
+def _data_of(blocks: list[bytes]) -> list[bytes]:
+    from stbproxy.mcp import sse
+
+    found = []
+    for block in blocks:
+        for event in sse.events(block):
+            if event.data.strip():
+                found.append(event.data)
+    return found
+
+
+# Seconds between the messages of a stored stream: a client that handles one read's messages
+# together (the TypeScript SDK, whose notification handlers run after the read) would take the
+# answer before the progress that came with it, and find no one waiting for that progress.
+PACE = 0.005
 COMMAND_NOT_RUN = 127  # a shell's status for a command it could not run
 
 

@@ -4,7 +4,11 @@ MCP's stdio framing (one JSON-RPC message per line).
 
 ``send`` writes a client's message to the child and, for a request, waits for the child's
 answer with the same id; every other line the child writes (its notifications, its own
-requests to the client) goes to ``to_client`` as it comes. A child started after the store
+requests to the client) goes to ``to_client`` as it comes, and is kept with the request it
+belongs to: a progress notification with that request's token, anything else while that
+request is the only one waiting. A request with such lines is answered with them as an
+event stream (each line an event, the answer last), as a server over HTTP answers, so that
+they are stored and replayed with it. A child started after the store
 answered ``initialize`` is initialized first, with the client's own ``initialize``.
 A child that cannot be started, dies or stays silent past the timeout is an unreachable
 API (UpstreamError), which the engine's rules then handle as for any other.
@@ -20,12 +24,13 @@ import os
 from typing import Awaitable, Callable
 
 from stbproxy.errors import UpstreamError
-from stbproxy.mcp import jsonrpc
+from stbproxy.mcp import jsonrpc, sse
 from stbproxy.models import Request, Response
 
 log = logging.getLogger("stbproxy")
 
 JSON = (("Content-Type", "application/json"),)
+EVENTS = (("Content-Type", sse.EVENT_STREAM),)
 READ_LIMIT = 64 << 20  # one message per line: a line may be a large result
 INIT_ID = "stbproxy-initialize"
 STOP_WAIT = 2.0  # seconds a child gets to exit after its stdin closed, as MCP clients give it
@@ -43,6 +48,8 @@ class StdioServer:
         self._process: asyncio.subprocess.Process | None = None
         self._starting: asyncio.Lock | None = None
         self._waiting: dict[str, asyncio.Future[bytes]] = {}
+        self._heard: dict[str, list[bytes]] = {}  # what the child said for each waiting request
+        self._tokens: dict[str, str] = {}  # the progress token of each waiting request that has one
         self._reader: asyncio.Task | None = None
         self.returncode: int | None = None
         self.start_error: str | None = None  # why the server could not be started, when it could not
@@ -64,8 +71,12 @@ class StdioServer:
         if message.kind != jsonrpc.REQUEST:
             await self._write(request.body)
             return Response(202, JSON, b""), 0.0
-        line = await self._ask(request.body, message.id)
-        return Response(200, JSON, line), asyncio.get_running_loop().time() - started
+        token = _progress_token(message.params)
+        line, heard = await self._ask(request.body, message.id, token)
+        seconds = asyncio.get_running_loop().time() - started
+        if heard:
+            return Response(200, EVENTS, sse.encode([sse.Event(item) for item in [*heard, line]])), seconds
+        return Response(200, JSON, line), seconds
 
     async def aclose(self) -> None:
         """Close the child's stdin and wait for it to exit (then terminate it, then kill it)."""
@@ -118,21 +129,43 @@ class StdioServer:
             document["id"] = INIT_ID
         except (ValueError, TypeError):
             return
-        await self._ask(json.dumps(document).encode(), INIT_ID)
+        await self._ask(json.dumps(document).encode(), INIT_ID)  # what it says meanwhile is the session's
         await self._write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
 
-    async def _ask(self, body: bytes, message_id) -> bytes:
+    async def _ask(self, body: bytes, message_id, token=None) -> tuple[bytes, list[bytes]]:
+        """The child's answer line, and the lines it said for this request meanwhile."""
         key = json.dumps(message_id)
         waiter = asyncio.get_running_loop().create_future()
         self._waiting[key] = waiter
+        self._heard[key] = []
+        if token is not None:
+            self._tokens[json.dumps(token)] = key
         try:
             await self._write(body)
-            return await asyncio.wait_for(waiter, self.timeout)
+            return await asyncio.wait_for(waiter, self.timeout), self._heard[key]
         except asyncio.TimeoutError:
             raise UpstreamError(f"the stdio MCP server {self._shown()} gave no answer within "
                                 f"{self.timeout:g} s", kind="timeout") from None
         finally:
             self._waiting.pop(key, None)
+            self._heard.pop(key, None)
+            if token is not None:
+                self._tokens.pop(json.dumps(token), None)
+
+    def _note(self, line: bytes) -> None:
+        """Keep a line the child said by itself with the request it belongs to, if any."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        params = message.get("params") if isinstance(message, dict) else None
+        token = params.get("progressToken") if isinstance(params, dict) else None
+        key = self._tokens.get(json.dumps(token)) if token is not None else None
+        if key is None:
+            waiting = [k for k in self._heard if k != json.dumps(INIT_ID)]
+            key = waiting[0] if len(waiting) == 1 else None
+        if key is not None and key in self._heard:
+            self._heard[key].append(line)
 
     async def _write(self, body: bytes) -> None:
         stdin = self._process.stdin if self._process else None
@@ -164,6 +197,7 @@ class StdioServer:
             if answered is not None and not answered.done():
                 answered.set_result(line)
             elif answered is None:
+                self._note(line)
                 await self.to_client(line)  # the server's own notification or request
         for waiter in self._waiting.values():  # the child is gone: nobody will answer these
             if not waiter.done():
@@ -180,3 +214,8 @@ class StdioServer:
         # the program alone: its arguments may hold secrets (a key given on the command line)
         extra = len(self.argv) - 1
         return os.path.basename(self.argv[0]) + (f" (and {extra} argument{'s' * (extra != 1)})" if extra else "")
+
+
+def _progress_token(params):
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None

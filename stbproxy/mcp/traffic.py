@@ -41,7 +41,6 @@ from stbproxy.keys import KeyRules
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.jsonrpc import Message
 from stbproxy.mcp.live import LiveAnswer
-from stbproxy.mcp.protocol import Era
 from stbproxy.mcp.questions import Questions, asked_in, replayed
 from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool_result, tool_doc
@@ -209,7 +208,12 @@ class Mcp(BaseKind):
 
     # -- serving -----------------------------------------------------------------------
     def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
-        return self._with_session(call, self._shaped(call, response, source, meta), source)
+        served = self._with_session(call, self._shaped(call, response, source, meta), source)
+        if source is Source.CACHE and meta.get("asked") and call.facts.get("id") is not None:
+            # the server asked the client something: played in place, the client's answers awaited
+            return replayed(served, meta["asked"], self.questions, call.facts["server"], _session_of(call),
+                            call.facts["id"])
+        return served
 
     def _shaped(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
         facts = call.facts
@@ -230,8 +234,6 @@ class Mcp(BaseKind):
         served = Response(response.status, response.headers, body, response.reason)
         if facts.get("method") == "initialize" and response.header(protocol.SESSION_HEADER) is not None:
             served = served.with_header(protocol.SESSION_HEADER, self.sessions.mint(call.request.body))
-        if meta.get("asked"):  # the server asked the client something: played in place, answers awaited
-            return replayed(served, meta["asked"], self.questions, facts["server"], _session_of(call), facts["id"])
         return served
 
     def _with_session(self, call: Call, response: Response, source: Source) -> Response:
