@@ -82,6 +82,8 @@ def load_source(text: str, *, seed: int = 0, queries: QueryIndex | None = None) 
         resolved = resolver(text)
         if resolved is not None:
             document, notes = resolved
+            # a session's GET stream (an MCP client's, carried live) is never kept, as expected: no note
+            notes = [note for note in notes if not (" GET " in note and "(never kept)" in note)]
             answers = AnswerSet(problems=list(notes))
             add_named(answers, None, *load_document(document, f"session {text}", queries))
             return answers

@@ -241,7 +241,7 @@ _STATUS_MESSAGES = {
     404: "Not found: the endpoint does not exist",
     429: "Too many requests: rate limit exceeded",
     500: "Internal error on the API server",
-    503: "Service unavailable: the upstream timed out",
+    503: "Service unavailable: the API is overloaded or down (status_code=503)",
 }
 _REASONS = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             429: "Too Many Requests", 500: "Internal Server Error",
