@@ -116,7 +116,14 @@ def _no_write_only(validator, properties, instance, schema):
                 yield ValidationError(f"{name!r} is writeOnly: an answer does not hold it")
 
 
-_BASE = {"pattern": _pattern, "patternProperties": _pattern_properties}
+def _discriminator(validator, discriminator, instance, schema):
+    """OpenAPI's discriminator: an object of a oneOf/anyOf names its kind in this member."""
+    name = discriminator.get("propertyName") if isinstance(discriminator, dict) else None
+    if isinstance(name, str) and validator.is_type(instance, "object") and name not in instance:
+        yield ValidationError(f"does not contain the discriminating property {name!r}")
+
+
+_BASE = {"pattern": _pattern, "patternProperties": _pattern_properties, "discriminator": _discriminator}
 _CLASSES = {
     "any": extend(jsonschema.Draft202012Validator, _BASE, format_checker=_FORMATS),
     "answer": extend(jsonschema.Draft202012Validator,

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from stbproxy.errors import InputError
 from stbproxy.keys import normalize_path
@@ -34,8 +34,9 @@ class _Route:
     operation: Operation
     pattern: re.Pattern
     names: tuple[str, ...]
-    rank: tuple[int, int]  # more literal characters first, then more segments
+    rank: tuple[int, int, int]  # more query pairs needed, then more literal characters, then more segments
     base: str = ""  # the server URL's path
+    needs: tuple[tuple[str, str], ...] = ()  # query pairs the request must hold
 
 
 class OpenApiCatalog:
@@ -100,8 +101,12 @@ class OpenApiCatalog:
         path = normalize_path(parts.path or "/")
         if len(path) > 1:
             path = path.rstrip("/")
+        query = None
         for route in routes:
             found = route.pattern.fullmatch(path)
+            if found is not None and route.needs:
+                query = parse_qsl(parts.query, keep_blank_values=True) if query is None else query
+                found = found if all(pair in query for pair in route.needs) else None
             if found is not None:
                 return Match(route.operation, {name: unquote(found.group(f"p{i}"))
                                                for i, name in enumerate(route.names)})
@@ -204,11 +209,14 @@ def _routes(operations) -> dict[tuple[str, str], list[_Route]]:
             parts = urlsplit(server)
             host = _host(parts.scheme, parts.hostname, parts.port)
             base = parts.path.rstrip("/")
-            template = base + op.path  # as written: normalizing would escape its braces
+            # A "#Action=X" after the path (AWS's documents) names query pairs the request holds.
+            path, _, fragment = op.path.partition("#")
+            template = base + path  # as written: normalizing would escape its braces
             if len(template) > 1:
                 template = template.rstrip("/")
             pattern, names, literal = _compile(template)
-            route = _Route(op, pattern, names, (-literal, -template.count("/")), base)
+            needs = tuple(parse_qsl(fragment, keep_blank_values=True))
+            route = _Route(op, pattern, names, (-len(needs), -literal, -template.count("/")), base, needs)
             table.setdefault((host, op.method), []).append(route)
     for routes in table.values():
         routes.sort(key=lambda r: r.rank)

@@ -109,6 +109,8 @@ class Bundler:
                 out[key] = {k: self._convert(v, f"{here}/{_escape(k)}", used) for k, v in value.items()}
             elif key == "items" and isinstance(value, list):  # an old tuple form
                 out["prefixItems"] = [self._convert(v, f"{here}/{i}", used) for i, v in enumerate(value)]
+            elif key == "examples" and not isinstance(value, list):  # a map, as media types write them
+                self.warnings.append(f"{here}: examples dropped: a schema's examples are a list")
             elif key == "pattern" and json_schema.pattern_error(value) is not None:
                 self.warnings.append(f"{here}: pattern {value!r} dropped: {json_schema.pattern_error(value)}")
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
@@ -129,6 +130,8 @@ class _Reader:
         seen_ids: dict[str, str] = {}
         for template, item in paths.items():
             where = f"/paths/{_escape(template)}"
+            if isinstance(template, str) and template.startswith("x-"):
+                continue  # an extension, not a path
             if not isinstance(template, str) or not template.startswith("/"):
                 raise self.fail(where, f"a path must start with '/', not {template!r}")
             item, item_where = self.deref(item, where)
@@ -141,6 +144,8 @@ class _Reader:
                     continue
                 op_where = f"{item_where}/{method}"
                 op = self.operation(template, method, item[method], op_where, servers, shared)
+                if op.id in seen_ids and not _named(item[method]):  # two made-up ids alike: numbered
+                    op = replace(op, id=_unused(op.id, seen_ids))
                 if op.id in seen_ids:
                     raise self.fail(op_where, f"operationId {op.id!r} is used at {seen_ids[op.id]} too")
                 seen_ids[op.id] = op_where
@@ -184,8 +189,9 @@ class _Reader:
             if var not in declared:  # described nowhere: still a path parameter, as text
                 parameters = (*parameters, Parameter(var, "path", True, "", {"type": "string"}))
         op_id = node.get("operationId")
-        if op_id is not None and (not isinstance(op_id, str) or not op_id.strip()):
-            raise self.fail(f"{where}/operationId", "operationId must be a non-empty string")
+        if op_id is not None and not isinstance(op_id, str):
+            raise self.fail(f"{where}/operationId", "operationId must be a string")
+        op_id = op_id.strip() if op_id else op_id  # an empty one names nothing: one is made up
         return Operation(
             spec="", id=op_id or _made_up_id(method, template), method=method.upper(), path=template,
             servers=absolute, summary=str(node.get("summary") or ""),
@@ -241,6 +247,8 @@ class _Reader:
             raise self.fail(where, "'responses' must be an object")
         replies = {}
         for status, node in value.items():
+            if str(status).startswith("x-"):
+                continue  # an extension, not a status
             status = str(status).upper()  # YAML reads 200 as a number
             at = f"{where}/{_escape(status)}"
             if status != "DEFAULT" and not re.fullmatch(r"[1-5](\d\d|XX)", status):
@@ -362,6 +370,17 @@ def _with_defaults(url: str, variables: Any, where: str, reader: _Reader) -> str
 def _absolute(url: str) -> bool:
     parts = urlsplit(url)
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _named(node: Any) -> bool:
+    return isinstance(node, dict) and isinstance(node.get("operationId"), str) and bool(node["operationId"].strip())
+
+
+def _unused(op_id: str, taken: Mapping[str, str]) -> str:
+    n = 2
+    while f"{op_id}_{n}" in taken:
+        n += 1
+    return f"{op_id}_{n}"
 
 
 def _made_up_id(method: str, template: str) -> str:

@@ -57,6 +57,7 @@ class _Maker:
         self.gen = ValueGenerator(f"{seed_key}#{attempt}" if attempt else seed_key)
         self.skipped = _SKIPPED.get(direction, "")
         self.attempt = attempt
+        self.minimal_at = -1  # the depth of an object made with its required members only
 
     def make(self, schema: Any, name: str, depth: int) -> Any:
         if schema is True or not isinstance(schema, dict):
@@ -74,9 +75,7 @@ class _Maker:
         for combined in ("oneOf", "anyOf"):
             options = schema.get(combined)
             if isinstance(options, list) and options:
-                chosen = options[(self.attempt + depth) % len(options)] if self.attempt else options[0]
-                return self.make(_merged(schema, self._resolved(chosen) if isinstance(chosen, dict) else {}, combined),
-                                 name, depth + 1)
+                return self._option(schema, combined, options, name, depth)
         if isinstance(schema.get("allOf"), list):
             merged = {k: v for k, v in schema.items() if k != "allOf"}
             for part in schema["allOf"]:
@@ -98,6 +97,27 @@ class _Maker:
         if kind == "null":
             return None
         return self.gen.leaf("str", name)
+
+    def _option(self, schema: dict, combined: str, options: list, name: str, depth: int) -> Any:
+        """A value made from one option; for a oneOf, one that no other option takes too (each
+        option tried, then each again with only its required members)."""
+        start = (self.attempt + depth) % len(options) if self.attempt else 0
+        order = options[start:] + options[:start]
+        first = _NONE
+        for minimal in ((False, True) if combined == "oneOf" else (False,)):
+            for chosen in order:
+                part = self._resolved(chosen) if isinstance(chosen, dict) else {}
+                self.minimal_at = depth + 1 if minimal else -1
+                made = _discriminated(self.make(_merged(schema, part, combined), name, depth + 1),
+                                      schema.get("discriminator"), chosen)
+                self.minimal_at = -1
+                if combined != "oneOf" or len(options) == 1 or depth > OPTIONAL_DEPTH:
+                    return made
+                first = made if first is _NONE else first
+                defs = self.root.get("$defs") if isinstance(self.root, dict) else None
+                if sum(json_schema.problem(made, o, defs) is None for o in options) == 1:
+                    return made
+        return first
 
     def _documented(self, schema: dict) -> Any:
         """The schema's own example or default, on the first attempt only."""
@@ -130,7 +150,7 @@ class _Maker:
                       if isinstance(sub, dict) and self._resolved(sub).get(self.skipped) is True}
             properties = {n: sub for n, sub in properties.items() if n not in hidden}
             required = [n for n in required if n not in hidden]
-        if depth >= OPTIONAL_DEPTH:
+        if depth >= OPTIONAL_DEPTH or depth == self.minimal_at:
             properties = {name: sub for name, sub in properties.items() if name in required}
         made = {name: self.make(sub, name, depth + 1) for name, sub in properties.items()}
         for name in required:  # required but described nowhere: a value drawn by its name
@@ -188,6 +208,20 @@ class _Maker:
 
 
 _NONE = object()  # no documented value
+
+
+def _discriminated(value: Any, discriminator: Any, chosen: Any) -> Any:
+    """An object of a oneOf/anyOf with a discriminator names the option it was made from."""
+    name = discriminator.get("propertyName") if isinstance(discriminator, dict) else None
+    if not isinstance(value, dict) or not isinstance(name, str):
+        return value
+    ref = chosen.get("$ref", "") if isinstance(chosen, dict) else ""
+    option = ref.rsplit("/", 1)[-1]
+    mapping = discriminator.get("mapping") if isinstance(discriminator.get("mapping"), dict) else {}
+    tags = [k for k, v in mapping.items() if isinstance(v, str) and v.rsplit("/", 1)[-1] == option] or [option]
+    if value.get(name) in tags or not tags[0]:
+        return value
+    return {**value, name: tags[0]}
 
 
 def _type_of(schema: dict) -> str:
