@@ -132,6 +132,8 @@ def _documented_text(op: Operation, media: MediaType, key: str, content_type: st
         value = value_following(op, MediaType(schema, ()), key)
         if isinstance(value, str) and json_schema.problem(value, schema, op.defs, "answer") is None:
             return value
+        if content_type.split(";", 1)[0].strip().endswith("xml") and isinstance(value, (dict, list)):
+            return _xml(value, _xml_name(schema, op.defs) or "result")  # the schema's shape, as XML
         return None
     return _shaped_text(content_type, key) if content_type.startswith(("text/", "application/xml")) \
         else _binary(content_type)
@@ -238,3 +240,44 @@ def failed_simulation(made: Simulation) -> Simulation:
 def _header_safe(text: str) -> str:
     cleaned = "".join(ch if ch.isprintable() and ch.isascii() else "?" for ch in text)
     return cleaned[:400]
+
+
+def _xml_name(schema: Any, defs) -> str | None:
+    """The root element's name: the schema's ``xml.name``, else the name of the schema it refers to."""
+    seen = 0
+    while isinstance(schema, dict) and seen < 8:
+        xml = schema.get("xml")
+        if isinstance(xml, dict) and isinstance(xml.get("name"), str):
+            return xml["name"]
+        ref = schema.get("$ref")
+        if not (isinstance(ref, str) and ref.startswith("#/$defs/")):
+            return None
+        schema, seen = (defs or {}).get(ref[len("#/$defs/"):]), seen + 1
+        if isinstance(schema, dict) and not isinstance(schema.get("xml"), dict):
+            return ref[len("#/$defs/"):]
+    return None
+
+
+def _xml(value: Any, root: str) -> str:
+    """A value made from the schema, written as XML: members as elements, items repeated."""
+    from xml.etree import ElementTree
+
+    def fill(element, item):
+        if isinstance(item, dict):
+            for name, inner in item.items():
+                for one in inner if isinstance(inner, list) else [inner]:
+                    fill(ElementTree.SubElement(element, _tag(name)), one)
+        elif isinstance(item, list):
+            for one in item:
+                fill(ElementTree.SubElement(element, "member"), one)
+        elif item is not None:
+            element.text = str(item).lower() if isinstance(item, bool) else str(item)
+
+    top = ElementTree.Element(_tag(root))
+    fill(top, value)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(top, encoding="unicode") + "\n"
+
+
+def _tag(name: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in str(name)) or "item"
+    return cleaned if cleaned[0].isalpha() or cleaned[0] == "_" else f"_{cleaned}"

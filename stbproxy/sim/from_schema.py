@@ -71,7 +71,8 @@ class _Maker:
         if documented is not _NONE:
             return documented
         if isinstance(schema.get("enum"), list) and schema["enum"]:
-            return self.gen.rng.choice(schema["enum"])
+            fitting = [v for v in schema["enum"] if _fits_type(v, schema.get("type"))]
+            return self.gen.rng.choice(fitting or schema["enum"])
         for combined in ("oneOf", "anyOf"):
             options = schema.get(combined)
             if isinstance(options, list) and options:
@@ -208,6 +209,18 @@ class _Maker:
 
 
 _NONE = object()  # no documented value
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list,
+               "object": dict, "null": type(None)}
+
+
+def _fits_type(value: Any, kind: Any) -> bool:
+    """Whether an enum's value has the schema's type (a document may list 1 for a string)."""
+    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    if not kinds:
+        return True
+    if isinstance(value, bool):
+        return "boolean" in kinds
+    return any(isinstance(value, _JSON_TYPES.get(k, object)) for k in kinds)
 
 
 def _discriminated(value: Any, discriminator: Any, chosen: Any) -> Any:
@@ -219,7 +232,7 @@ def _discriminated(value: Any, discriminator: Any, chosen: Any) -> Any:
     option = ref.rsplit("/", 1)[-1]
     mapping = discriminator.get("mapping") if isinstance(discriminator.get("mapping"), dict) else {}
     tags = [k for k, v in mapping.items() if isinstance(v, str) and v.rsplit("/", 1)[-1] == option] or [option]
-    if value.get(name) in tags or not tags[0]:
+    if value.get(name) in tags or not tags[0] or (name in value and not mapping):
         return value
     return {**value, name: tags[0]}
 
