@@ -153,3 +153,21 @@ def test_schemas_are_shared_once_per_document(shapes):
     schema = catalog.operation("shapes/getUser").replies["200"].content["application/json"].schema
     assert schema == {"$ref": "#/$defs/User"} and list(spec.schemas) == ["User"]
     assert spec.to_dict()["schemas"] is spec.schemas
+
+
+@pytest.mark.integration
+def test_bench_openapi_scale_runs_on_a_small_document(tmp_path):
+    """The scale benchmark's smoke test: one small document imported, served and checked."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = tmp_path / "shapes.json"
+    spec.write_text(json.dumps(document()))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_openapi_scale.py"
+    done = subprocess.run([sys.executable, str(script), "--spec", f"shapes={spec}", "--only", "shapes",
+                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [row] = json.loads((tmp_path / "out.json").read_text())
+    assert row["import_s"] > 0 and row["catalog_mb"] > 0 and row["ready_s"] > 0 and row["serve_rss_mb"] > 0
+    assert "OpenAPI shapes (7 operations)" in row["ready_line"]
