@@ -19,10 +19,17 @@ Requests go straight to httpx's connection pool (its transport), not through an
 one agent's cookies on another agent's requests, make a recording depend on what ran
 before, and parse every request's headers on the event loop. The proxy forwards exactly
 the headers (cookies included) that the client sent, and nothing else.
+
+At most ``max_connections`` calls are inside a pool at once; the others wait their turn
+here, each for at most the call's timeout. httpcore's pool does work in proportion to the
+calls waiting in it times its connections on every call that comes or goes: a few thousand
+slow calls at once (a flood of misses) would otherwise hold the event loop, every other
+client and SIGTERM with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 import time
@@ -90,6 +97,8 @@ class Upstream:
     def __init__(self, config: UpstreamConfig = UpstreamConfig()) -> None:
         self.config = config
         self._timeout = httpx.Timeout(config.timeout).as_dict()
+        self._call_slots: asyncio.Semaphore | None = None  # places in the pools (_turn)
+        self._stream_slots: asyncio.Semaphore | None = None
         try:
             verify = _verification(config)
             self._transport = self._pool(verify)
@@ -118,10 +127,36 @@ class Upstream:
         Error texts carry the URL as sent; the engine redacts them before they are kept.
         """
         started = time.perf_counter()
-        async with self._failures(request):
+        async with self._turn(self._calls, request), self._failures(request):
             reply = await self._transport.handle_async_request(self._outgoing(request, self._timeout))
             content = await _read_whole(reply, self.config.max_body, request)
         return _response(reply, content), time.perf_counter() - started
+
+    @property
+    def _calls(self) -> asyncio.Semaphore:
+        if self._call_slots is None:  # made on first use, in the loop the calls run in
+            self._call_slots = asyncio.Semaphore(self.config.max_connections)
+        return self._call_slots
+
+    @property
+    def _streams(self) -> asyncio.Semaphore:
+        if self._stream_slots is None:
+            self._stream_slots = asyncio.Semaphore(self.config.max_connections)
+        return self._stream_slots
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, slots: asyncio.Semaphore, request: Request):
+        """A place in the pool (the module docstring), waited for at most the call's timeout."""
+        try:
+            await asyncio.wait_for(slots.acquire(), self.config.timeout)
+        except asyncio.TimeoutError:
+            raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s waiting for one of the "
+                                f"{self.config.max_connections} connections to real APIs: {request.url}",
+                                kind="timeout") from None
+        try:
+            yield
+        finally:
+            slots.release()
 
     async def open_stream(self, request: Request, answer: bool = False) -> tuple[Response, float]:
         """As ``send``, but a 200 event stream comes back as it arrives (a StreamedResponse,
@@ -130,7 +165,7 @@ class Upstream:
         ``send``'s timeout and up to --max-upstream-body, as a whole answer is."""
         started = time.perf_counter()
         timeout = self._timeout if answer else self._stream_timeout
-        async with self._failures(request):
+        async with self._turn(self._streams, request), self._failures(request):
             reply = await self._stream_transport.handle_async_request(self._outgoing(request, timeout))
             if reply.status_code != 200 or not _is_event_stream(reply):
                 content = await _read_whole(reply, self.config.max_body, request)
