@@ -56,7 +56,8 @@ from stbproxy.models import BodyStream, Exchange, Mode, Request, Response, Sourc
 from stbproxy.misses import explain_miss
 from stbproxy.provenance import marked
 from stbproxy.recent import Recent
-from stbproxy.redact import redact_request, redact_response, redact_url, scrub_text, scrub_value, secret_values
+from stbproxy.redact import bounded_url, redact_request, redact_response, redact_url, scrub_text, scrub_value, \
+    secret_values
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import LIVE, Call, Kinds
@@ -83,7 +84,6 @@ REFUSED_ANSWERS = frozenset({"too-large", "undecodable"})
 # Failures of the proxy's own (an MCP session it could not open at the server): answered as
 # errors, never simulated, so nothing made up for them is ever kept.
 PROXY_SIDE_FAILURES = frozenset({"session"})
-LOGGED_URL_CHARS = 1024  # a URL in a log line or a reason: its first characters (a URL may take 64 KiB)
 # An upstream that declines a message it need not see yet (a stdio MCP server not started).
 DEFERRED = "deferred"
 
@@ -653,7 +653,7 @@ class Engine:
 
     def _scrub(self, call: Call, text: str) -> str:
         """A text about a call (an error, a reason) as it may be logged, stored or answered:
-        its URLs redacted as requests are (and cut to LOGGED_URL_CHARS once scrubbed), and no
+        its URLs redacted as requests are (and cut to redact.LOGGED_URL_CHARS once scrubbed), and no
         secret value of the call left in it."""
         secrets = self._secrets(call)
         for request in (call.request, call.upstream):
@@ -668,13 +668,6 @@ class Engine:
 
     def _loggable(self, request: Request) -> str:
         return f"{request.method} {bounded_url(redact_url(request, self.config.rules))}"
-
-
-def bounded_url(url: str) -> str:
-    """A (redacted) URL as a log line or a reason quotes it: its first LOGGED_URL_CHARS characters."""
-    if len(url) <= LOGGED_URL_CHARS:
-        return url
-    return f"{url[:LOGGED_URL_CHARS]}... ({len(url) - LOGGED_URL_CHARS:,} more characters)"
 
 
 async def made(answer: Answer) -> Answer:

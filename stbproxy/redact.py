@@ -162,14 +162,25 @@ def scrub_value(value, secrets: frozenset[str]):
     return value
 
 
+LOGGED_URL_CHARS = 1024  # a URL in a log line or a reason: its first characters (a URL may take 64 KiB)
+
+
+def bounded_url(url: str) -> str:
+    """A (redacted) URL as a log line or a reason quotes it: its first LOGGED_URL_CHARS characters."""
+    if len(url) <= LOGGED_URL_CHARS:
+        return url
+    return f"{url[:LOGGED_URL_CHARS]}... ({len(url) - LOGGED_URL_CHARS:,} more characters)"
+
+
 def failure_text(request: Request, exc: BaseException, rules: KeyRules = DEFAULT_RULES) -> str:
     """An unexpected failure on a request, for the log: the request line and the error
     with the request's secrets scrubbed, then where it happened (a traceback without the
-    messages of chained errors, which may quote the request)."""
+    messages of chained errors, which may quote the request). URLs are quoted bounded."""
     secrets = secret_values(request, rules)
-    message = scrub_text(str(exc).replace(request.url, redact_url(request, rules)), secrets)
+    shown = bounded_url(redact_url(request, rules))
+    message = scrub_text(str(exc).replace(request.url, shown), secrets)
     where = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
-    return f"{request.method} {redact_url(request, rules)}: {type(exc).__name__}: {message}\n{where}"
+    return f"{request.method} {shown}: {type(exc).__name__}: {message}\n{where}"
 
 
 # -- helpers ----------------------------------------------------------------------------

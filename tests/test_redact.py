@@ -127,3 +127,13 @@ def test_an_unexpected_failure_is_logged_with_the_request_redacted():
         text = failure_text(request, exc)
     assert "qk-failing-42" not in text and "tk-failing-43" not in text
     assert text.startswith("POST http://h/p?api_key=REDACTED&q=1: KeyError:") and "test_redact.py" in text
+
+
+def test_a_failure_s_log_text_quotes_a_long_url_bounded_and_without_its_secrets():
+    from stbproxy.redact import LOGGED_URL_CHARS, failure_text
+
+    url = "http://api.example.test/q?api_key=sk-live-0123456789abcdef&pad=" + "x" * 100_000
+    request = Request("GET", url)
+    text = failure_text(request, ValueError(f"broken: {url}"))
+    assert "sk-live-0123456789abcdef" not in text and len(text) < 3 * LOGGED_URL_CHARS + 2000
+    assert "more characters" in text
