@@ -12,7 +12,8 @@ saw the minted id opens its own server session the same way.
 A server that does not know the session a request names (it restarted, it ended the
 session, or the id is one the proxy minted and it never saw) says so with 404 (400 and a
 word of the session, for some servers): the proxy opens a session of its own in its place
-and sends the request again, once; the client goes on with the id it has. When no session
+and sends the request again, once; the client goes on with the id it has (a DELETE of a
+session the server no longer has is answered 200: it has ended). When no session
 can be opened, the call fails with an UpstreamError of kind ``session``, which the engine
 answers as an error, never simulated: nothing is made up for a problem of the proxy's own.
 """
@@ -81,7 +82,10 @@ class SessionMap:
         if real is None:
             real = await self._open(named, request, send)
         response, seconds = await send(_with_session(request, real))
-        if request.method != "DELETE" and unknown_session(response):
+        if request.method == "DELETE":  # the session ends: a server that has it no more ended it already
+            self._minted.pop(named)
+            return (Response(200, (), b"") if unknown_session(response) else response), seconds
+        if unknown_session(response):
             real = await self._open(named, request, send)
             response, seconds = await send(_with_session(request, real))
             if unknown_session(response):
