@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,15 @@ def test_a_server_command_that_cannot_run_is_one_error_line_and_status_127(tmp_p
     assert line.startswith("stbproxy: error: cannot start the stdio MCP server no-such-server (and 2 arguments)")
     assert json.loads(done.stdout)["error"]["code"] == -32011  # the client got its answer first
     assert "SECRET-ARG-77" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("spec, code", [("status=503", -32603), ("down=1", -32011), ("malformed", -32603)])
+def test_every_fault_answers_the_request_with_a_json_rpc_error_at_once(tmp_path, spec, code):
+    # The Python SDK's client waits for an answer with the request's id: an HTTP-shaped body never came
+    store, demo = tmp_path / "store", StdioCommand(tmp_path)
+    run_client(stdio_plan(demo.behind_proxy(store, "--mode", "record"), STEPS[:2]), {})
+    started = time.monotonic()
+    got = run_client(stdio_plan(demo.behind_proxy(store, "--mode", "replay", "--faults", spec), STEPS[1:3]), {})
+    assert got[1]["error"]["code"] == code and "Injected fault" in got[1]["error"]["message"]
+    assert got[2]["error"]["code"] == code  # a call the recording never made: faulted before the store
+    assert time.monotonic() - started < 15
