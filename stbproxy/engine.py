@@ -197,7 +197,8 @@ class Engine:
             note = self.playback.stop_note(ref)
             if note:
                 return await self._run(call, ref, self._answer_call, note)
-        if call.live and getattr(self.upstream, "open_stream", None) is not None:
+        if (call.live and self.config.mode in (Mode.VIRTUAL, Mode.RECORD)  # (verify serves the stored answer)
+                and getattr(self.upstream, "open_stream", None) is not None):
             return await self._live(call, ref)
         return await self._run(call, ref, self._answer_call)
 
