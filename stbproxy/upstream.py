@@ -21,7 +21,7 @@ before, and parse every request's headers on the event loop. The proxy forwards 
 the headers (cookies included) that the client sent, and nothing else.
 
 At most ``max_connections`` calls are inside a pool at once; the others wait their turn
-here, each for at most the call's timeout. httpcore's pool does work in proportion to the
+here. httpcore's pool does work in proportion to the
 calls waiting in it times its connections on every call that comes or goes: a few thousand
 slow calls at once (a flood of misses) would otherwise hold the event loop, every other
 client and SIGTERM with it.
@@ -146,17 +146,12 @@ class Upstream:
 
     @contextlib.asynccontextmanager
     async def _turn(self, slots: asyncio.Semaphore, request: Request):
-        """A place in the pool (the module docstring), waited for at most the call's timeout."""
-        try:
-            await asyncio.wait_for(slots.acquire(), self.config.timeout)
-        except asyncio.TimeoutError:
-            raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s waiting for one of the "
-                                f"{self.config.max_connections} connections to real APIs: {request.url}",
-                                kind="timeout") from None
-        try:
+        """A place in the pool (the module docstring). Waited for without a timeout of its own:
+        the calls inside have theirs, so places free up; and a timed wait (asyncio.wait_for on
+        Python 3.11) can swallow a cancellation that comes as the place is given, which would
+        keep a call its client reset (HTTP/2) going to the end."""
+        async with slots:
             yield
-        finally:
-            slots.release()
 
     async def open_stream(self, request: Request, answer: bool = False) -> tuple[Response, float]:
         """As ``send``, but a 200 event stream comes back as it arrives (a StreamedResponse,
