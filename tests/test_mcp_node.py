@@ -185,15 +185,23 @@ def test_ts_client_records_replays_in_another_order_simulates_and_faults_over_ht
 def test_a_hit_then_a_miss_in_virtual_mode_reaches_the_live_server_in_the_clients_session(tmp_path, everything):
     store = tmp_path / "store"
     with ProxyProcess(store, "--mode", "record") as proxy:
-        ts_client({"url": everything.url, "steps": [STEPS[0]]}, proxy)
+        ts_client({"url": everything.url, "steps": [STEPS[0], SAMPLED]}, proxy)
     with ProxyProcess(store, "--simulator", "schema") as proxy:
         got = ts_client({"url": everything.url, "steps": [STEPS[0], ["call", "echo", {"message": "horizon"}],
-                                                          SAMPLED, STEPS[0]]}, proxy)
+                                                          ELICITED, STEPS[0]]}, proxy)
+        otherwise = ts_client({"url": everything.url, "sampling": "another answer", "steps": [SAMPLED]}, proxy)
     assert got[0]["session"].startswith("stbproxy-")  # initialize from the store: the proxy's id
     assert texts(got[1]) == "Echo: hi" and texts(got[2]) == "Echo: horizon"  # the server's, not made up
-    assert "a sampled answer" in texts(got[3])  # the server asked, live, in the session the proxy opened
+    assert "Name: Ada" in texts(got[3])  # the server asked, live, in the session the proxy opened
     assert got[-1]["session"] == got[0]["session"] and "close_error" not in got[-1]
-    assert sources(store) == {"echo": "upstream", "trigger-sampling-request": "upstream"}
+    # a stored call whose question the client answers otherwise: the server answers it, live, not kept
+    assert "another answer" in texts(otherwise[1])
+    assert otherwise[-1]["asked"] == ["sampling/createMessage", "sampling/createMessage"]
+    assert sources(store) == {"echo": "upstream", "trigger-sampling-request": "upstream",
+                              "trigger-elicitation-request": "upstream"}
+    with Store(store, readonly=True) as db:
+        (sampled,) = [e for e in db.scan("mcp/") if "/trigger-sampling-request/" in e.key]
+    assert b"a sampled answer" in sampled.response.body  # the recording's, as it was
 
 
 def test_inspector_cli_through_the_local_endpoint_records_and_replays(tmp_path, node_modules):

@@ -15,6 +15,7 @@ import contextlib
 import time
 from typing import AsyncIterator, Awaitable, Callable
 
+from stbproxy.errors import UpstreamError
 from stbproxy.mcp import jsonrpc, sse
 from stbproxy.models import Request, Response, StreamedResponse
 
@@ -80,6 +81,27 @@ class LiveAnswer:
 
     # the client's side ---------------------------------------------------------------------
     async def events(self, task: asyncio.Future) -> AsyncIterator[bytes]:
+        async for block in self._passed(task):
+            yield block
+        answer = await task
+        yield final_events(answer.response, self._id)
+
+    async def passed_on(self, sending: Callable[[], Awaitable[tuple[Response, float]]]) -> AsyncIterator[bytes]:
+        """The server's events and answer for this call, sent by ``sending`` (with this channel's
+        ``send``), passed on as they come and never judged or kept (mcp/questions.py: a replay
+        whose client answered a question otherwise, in virtual mode)."""
+        task = asyncio.ensure_future(sending())
+        try:
+            async for block in self._passed(task):
+                yield block
+            response, _ = await task
+        except UpstreamError as exc:
+            response = Response(502, (), str(exc).encode())
+        finally:
+            task.cancel()
+        yield final_events(response, self._id)
+
+    async def _passed(self, task: asyncio.Future) -> AsyncIterator[bytes]:
         while True:
             getting = asyncio.ensure_future(self._events.get())
             await asyncio.wait((getting, task), return_when=asyncio.FIRST_COMPLETED)
@@ -90,8 +112,6 @@ class LiveAnswer:
             if block is None:
                 break
             yield block
-        answer = await task
-        yield final_events(answer.response, self._id)
 
 
 class _Rest:

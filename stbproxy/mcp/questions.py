@@ -11,14 +11,17 @@ lines. Such a call's answer depends on what the client answered, so:
   session), and the rest waits for the client's answer. An answer like the recorded one
   (``_meta`` aside) plays on; another ends the call with a replay miss (JSON-RPC error
   -32010) that names the question, both answers and where they differ: the stored answer
-  was made for another answer. A client's answer a replay waits for never reaches a server.
+  was made for another answer. In virtual mode (``resend`` given) the call goes to the
+  server instead, which asks its question again: its events and answer are passed on as
+  they come, never kept (the store keeps the answer made for the recorded one). A client's
+  answer a replay waits for never reaches a server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from stbproxy.mcp import jsonrpc, sse
 from stbproxy.models import Response, StreamedResponse
@@ -97,20 +100,22 @@ class Questions:
 
 
 def replayed(response: Response, asked: list, questions: Questions, server: str, session: str,
-             call_id: Any) -> StreamedResponse:
-    """A stored answer that holds a server's questions, played to the client as it goes."""
-    stream = _Replay(response.body, asked, questions, server, session, call_id)
+             call_id: Any, resend: Callable[[], AsyncIterator[bytes]] | None = None) -> StreamedResponse:
+    """A stored answer that holds a server's questions, played to the client as it goes
+    (``resend``: the server's own events and answer, for a client that answers otherwise)."""
+    stream = _Replay(response.body, asked, questions, server, session, call_id, resend)
     return StreamedResponse(response.status, response.headers, b"", response.reason, stream)
 
 
 class _Replay:
     def __init__(self, body: bytes, asked: list, questions: Questions, server: str, session: str,
-                 call_id: Any) -> None:
+                 call_id: Any, resend: Callable[[], AsyncIterator[bytes]] | None) -> None:
         self._body = body
         self._asked = [item for item in asked if isinstance(item, dict)]
         self._questions = questions
         self._where = (server, session)
         self._call_id = call_id
+        self._resend = resend
 
     async def chunks(self) -> AsyncIterator[bytes]:
         recorded = iter(self._asked)
@@ -127,6 +132,10 @@ class _Replay:
             yield block + separator
             got = await self._questions.answer(key)
             why = _unlike(message["method"], expected, got)
+            if why is not None and got is not None and self._resend is not None:
+                async for piece in self._resend():  # virtual mode: a miss the server answers
+                    yield piece
+                return
             if why is not None:
                 yield sse.encode([sse.Event(jsonrpc.error_body(self._call_id, REPLAY_MISS, why[0], why[1]))])
                 return

@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from stbproxy import json_schema, keys
+from stbproxy.errors import UpstreamError
 from stbproxy.keys import KeyRules
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.jsonrpc import Message
@@ -56,6 +57,7 @@ NAME = "mcp"
 SESSION = protocol.SESSION_HEADER.lower()
 # Error codes of the proxy's own answers (the range MCP leaves to implementations).
 REPLAY_MISS, NO_ANSWER, NOT_SIMULATED = -32010, -32011, -32012
+DEFERRED = "deferred"  # UpstreamError.kind of a message the proxy answers itself (engine.DEFERRED)
 # JSON-RPC errors that say the request was wrong: the server's real answer to it.
 REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
                             jsonrpc.INVALID_PARAMS, -32002, -32020, -32021, -32022})
@@ -161,13 +163,16 @@ class Mcp(BaseKind):
 
     def _passed_on(self, request: Request, what: str, message_id: Any, facts: Mapping | None = None) -> Call:
         facts = dict(facts or {"method": what, "id": message_id, "server": protocol.server_id(request.url)})
-        # A session the store opened has no server session until a call needs the server:
-        # what only concerns the session (its notifications, its end) is answered here.
-        minted = request.header(protocol.SESSION_HEADER)
-        unopened = self.sessions.is_minted(minted) and self.sessions.real_id(minted) is None
-        upstream = None if unopened and message_id is None else request
-        return Call(f"mcp-passed/{what}", request, upstream, host=request.host, kind=self.name, keep=False,
+        return Call(f"mcp-passed/{what}", request, request, host=request.host, kind=self.name, keep=False,
                     faultable=False, facts=facts)
+
+    def _unopened(self, call: Call) -> bool:
+        """A message that only concerns a session the store opened, which no call has taken to the
+        server yet (its notifications, its end, the client's answers): answered here. Asked when
+        it is sent, not when it is keyed: the same message may come before and after."""
+        minted = call.request.header(protocol.SESSION_HEADER)
+        return (call.facts.get("id") is None and self.sessions.is_minted(minted)
+                and self.sessions.real_id(minted) is None)
 
     # -- judging -----------------------------------------------------------------------
     def judge(self, call: Call, response: Response, setting: str) -> Judged:
@@ -211,8 +216,11 @@ class Mcp(BaseKind):
         served = self._with_session(call, self._shaped(call, response, source, meta), source)
         if source is Source.CACHE and meta.get("asked") and call.facts.get("id") is not None:
             # the server asked the client something: played in place, the client's answers awaited
+            channel = call.facts.get(LIVE)  # virtual mode: a client that answers otherwise gets the server's
+            resend = (lambda: channel.passed_on(lambda: self.sessions.send(call.upstream, channel.send))
+                      ) if channel is not None and call.upstream is not None else None
             return replayed(served, meta["asked"], self.questions, call.facts["server"], _session_of(call),
-                            call.facts["id"])
+                            call.facts["id"], resend)
         return served
 
     def _shaped(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
@@ -296,11 +304,13 @@ class Mcp(BaseKind):
             facts["id"], NO_ANSWER, f"stbproxy: {what} is always passed on to the server, and none can be asked"))
 
     async def send_upstream(self, call: Call, send) -> tuple[Response, float]:
-        if call.streams:
-            return await self.sessions.send_in_open_session(call.upstream, send)
         if call.facts.get("answers") is not None and self.questions.answered(
                 call.facts["server"], _session_of(call), call.request.body):
             return Response(202, JSON, b""), 0.0  # it answers a question the proxy replayed: never the server's
+        if not call.keep and self._unopened(call):
+            raise UpstreamError("the session the store opened has no session at the server yet", kind=DEFERRED)
+        if call.streams:
+            return await self.sessions.send_in_open_session(call.upstream, send)
         channel = call.facts.get(LIVE)
         return await self.sessions.send(call.upstream, channel.send if channel is not None else send)
 
