@@ -63,8 +63,8 @@ def free_port() -> int:
 class Everything:
     """The reference server over Streamable HTTP at /mcp, as a process of its own."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: subprocess.Popen | None = None
 
@@ -110,9 +110,13 @@ def ts_client(plan: dict, proxy: ProxyProcess | None = None) -> list:
     return json.loads(done.stdout)
 
 
-def inspector(*args: str) -> dict:
-    """The Inspector CLI's output (``--cli TARGET ... --method ...``), as JSON."""
+def inspector(*args: str, ok: bool = True) -> dict | str:
+    """The Inspector CLI's output (``--cli TARGET ... --method ...``), as JSON; with ``ok``
+    False, what it said when it failed."""
     done = subprocess.run(["node", str(INSPECTOR), "--cli", *args], capture_output=True, text=True, timeout=120)
+    if not ok:
+        assert done.returncode != 0, done.stdout
+        return done.stdout + done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout[done.stdout.index("{"):])
 
@@ -204,19 +208,33 @@ def test_a_hit_then_a_miss_in_virtual_mode_reaches_the_live_server_in_the_client
     assert b"a sampled answer" in sampled.response.body  # the recording's, as it was
 
 
-def test_inspector_cli_through_the_local_endpoint_records_and_replays(tmp_path, node_modules):
+ECHO = ("--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=hi")
+UNSEEN = ("--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=unseen")
+STRUCTURED = ("--method", "tools/call", "--tool-name", "get-structured-content", "--tool-arg", "location=Chicago")
+
+
+def test_inspector_cli_through_the_local_endpoint(tmp_path, node_modules):
     store = tmp_path / "store"
     with Everything() as server:
         with ProxyProcess(store, "--mode", "record", "--mcp", f"ev={server.url}") as proxy:
-            live = inspector(f"{proxy.url}/mcp/ev/mcp", "--method", "tools/call", "--tool-name", "echo",
-                             "--tool-arg", "message=hi")
-            listed = inspector(f"{proxy.url}/mcp/ev/mcp", "--method", "tools/list")
+            endpoint = f"{proxy.url}/mcp/ev/mcp"  # the Inspector puts /mcp in place of any other path
+            listed = inspector(endpoint, "--method", "tools/list")
+            live = inspector(endpoint, *ECHO)
     assert texts(live) == "Echo: hi" and any(t["name"] == "echo" for t in listed["tools"])
-    with ProxyProcess(store, "--mode", "replay", "--mcp", f"ev={server.url}") as proxy:
-        again = inspector(f"{proxy.url}/mcp/ev/mcp", "--method", "tools/call", "--tool-name", "echo",
-                          "--tool-arg", "message=hi")
-        level = inspector(f"{proxy.url}/mcp/ev/mcp", "--method", "logging/setLevel", "--log-level", "debug")
-    assert again == live and level == {}
+    with ProxyProcess(store, "--mode", "replay", "--mcp", f"ev={server.url}") as proxy:  # the server is gone
+        endpoint = f"{proxy.url}/mcp/ev/mcp"
+        assert inspector(endpoint, *ECHO) == live and inspector(endpoint, "--method", "tools/list") == listed
+        assert inspector(endpoint, "--method", "logging/setLevel", "--log-level", "debug") == {}
+        assert "-32010" in inspector(endpoint, *UNSEEN, ok=False)
+    with ProxyProcess(store, "--mode", "replay", "--faults", "status=503", "--mcp", f"ev={server.url}") as proxy:
+        assert "503" in inspector(f"{proxy.url}/mcp/ev/mcp", *ECHO, ok=False)
+    with ProxyProcess(store, "--simulator", "schema", "--mcp", f"ev={server.url}") as proxy:
+        simulated = inspector(f"{proxy.url}/mcp/ev/mcp", *STRUCTURED)
+    assert simulated["structuredContent"]
+    with Everything(server.port), ProxyProcess(store, "--mcp", f"ev={server.url}") as proxy:  # the server is back
+        endpoint = f"{proxy.url}/mcp/ev/mcp"
+        assert inspector(endpoint, *ECHO) == live and texts(inspector(endpoint, *UNSEEN)) == "Echo: unseen"
+    assert sources(store)["echo"] == "upstream"
 
 
 # -- over stdio, behind mcp-stdio ------------------------------------------------------------------
@@ -259,12 +277,17 @@ def command(folder: Path, name: str, argv: list[str]) -> str:
     return str(path)
 
 
-def test_inspector_cli_over_stdio_records_and_replays(tmp_path, node_modules):
+def test_inspector_cli_over_stdio(tmp_path, node_modules):
     store = tmp_path / "store"
     recording = command(tmp_path, "record.sh", stdio(store, "--mode", "record"))
     replaying = command(tmp_path, "replay.sh", stdio(store, "--mode", "replay"))
-    call = ("--method", "tools/call", "--tool-name", "get-sum", "--tool-arg", "a=2", "b=3")
-    live = inspector(recording, *call)
-    again = inspector(replaying, *call)
-    assert again == live and "5" in texts(live)
+    listed = inspector(recording, "--method", "tools/list")
+    live = inspector(recording, *ECHO)
+    assert inspector(replaying, *ECHO) == live and inspector(replaying, "--method", "tools/list") == listed
     assert inspector(replaying, "--method", "logging/setLevel", "--log-level", "info") == {}
+    faulted = command(tmp_path, "faulted.sh", stdio(store, "--mode", "replay", "--faults", "status=503"))
+    assert "Injected fault (status=503)" in inspector(faulted, *ECHO, ok=False)
+    virtual = command(tmp_path, "virtual.sh", stdio(store))
+    assert inspector(virtual, *ECHO) == live and texts(inspector(virtual, *UNSEEN)) == "Echo: unseen"
+    simulating = command(tmp_path, "simulating.sh", stdio(store, "--simulator", "schema", "--faults", "down=1"))
+    assert inspector(simulating, *STRUCTURED)["structuredContent"]
