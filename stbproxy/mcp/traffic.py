@@ -16,9 +16,14 @@ MCP client reads.
   server sends it. Without a server to ask, or for a session the store opened and no
   call has taken to the server yet, the proxy offers none (405; an error for listen).
 - **Served**: a stored answer gets the client's JSON-RPC id (JSON or SSE, every other byte
-  as recorded); ``initialize`` from the store gets a fresh session id (sessions.py); the
-  proxy's own failures (a replay miss, no server, no simulation) are JSON-RPC errors an MCP
-  client reads at once, with the ``X-Stb-*`` headers saying what happened.
+  as recorded), and a stored stream the client's progress token and request id (sse.py);
+  ``initialize`` from the store gets a fresh session id (sessions.py), and every answer
+  the session id its client sent; the proxy's own failures (a replay miss, no server, no
+  simulation) are JSON-RPC errors an MCP client reads at once, with the ``X-Stb-*``
+  headers saying what happened.
+- **Live**: a call's real answer stream reaches the client event by event while it is
+  recorded (live.py); a server's questions in the middle of a call are kept with the
+  client's answers and asked again when the call is replayed (questions.py).
 - **Judged**: a JSON-RPC error the request itself caused (invalid params, unknown method)
   is a real answer; a server error or ``isError: true`` is a failed one, which virtual mode
   hands to the simulator as it does other failed answers (``--validity strict``: only the
