@@ -53,6 +53,7 @@ def test_an_mcp_agents_run_is_scored_from_its_traffic_and_replays_offline(tmp_pa
     out = tmp_path / "converted.json"
     converted = stbproxy("eval", "convert", "--answers", "mcp-run", "--store", str(store), "--out", str(out))
     assert converted.returncode == 0, converted.stderr
+    assert "GET" not in converted.stderr  # the client's session stream is never kept, as expected: no note
     (trajectory,) = json.loads(out.read_text()).values()
     steps = [node for node in _path(trajectory["answer"]["answer_details"][0]) if node["role"] == "tool"]
     assert [s["message"]["name"] for s in steps] == ["demo__forecast", "demo__add"]
