@@ -283,3 +283,18 @@ def test_an_mcp_session_exports_as_a_cassette_that_replays(tmp_path):
     assert done.returncode == 0, done.stderr
     with ProxyProcess(imported, "--mode", "replay") as proxy:
         assert run_client(plan(server.url, CALLS[::-1]), proxy.client_env())[1:] == recorded[1:][::-1]
+
+
+def test_progress_reaches_a_replaying_client_under_its_own_token(tmp_path):
+    # Replayed in another order, the stored progress carries the recording's token: the SDK
+    # client would drop it (or hand it to another call) unless it is this request's own
+    store = tmp_path / "store"
+    counted = ["call", "count_to", {"n": 3}, {"progress": True}]
+    with McpServer(tmp_path) as server:
+        recorded = record(store, server, [["call", "add", {"a": 1, "b": 1}], counted])
+    assert recorded[2]["progress"] == [1, 2, 3]
+    with ProxyProcess(store, "--mode", "replay") as proxy:
+        replayed = run_client(plan(server.url, [counted]), proxy.client_env())
+        unasked = run_client(plan(server.url, [counted[:3]]), proxy.client_env())
+    assert replayed[1] == recorded[2]
+    assert unasked[1] == recorded[2]["result"]  # no progress asked for: the same answer, without it

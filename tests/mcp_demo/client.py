@@ -4,7 +4,8 @@
     python tests/mcp_demo/client.py '{"url": "http://127.0.0.1:8123/mcp", "steps": [...]}'
     python tests/mcp_demo/client.py '{"stdio": ["python", "server.py", "--stdio"], "steps": [...]}'
 
-Steps: ["tools"], ["call", NAME, ARGUMENTS], ["read", URI], ["prompt", NAME, ARGUMENTS],
+Steps: ["tools"], ["call", NAME, ARGUMENTS], ["call", NAME, ARGUMENTS, {"progress": true}] (the
+progress the call reported is printed with its result), ["read", URI], ["prompt", NAME, ARGUMENTS],
 ["until_notified", TOOL, METHOD, SECONDS] (calls TOOL, once a second, until the server has
 sent a notification of METHOD outside any request, which reaches the client on the
 session's GET stream: the client opens that stream in the background, and a server drops
@@ -79,6 +80,14 @@ async def one(session: ClientSession, step: list):
     try:
         if step[0] == "tools":
             result = await session.list_tools()
+        elif step[0] == "call" and len(step) > 3 and step[3].get("progress"):
+            progress: list[float] = []
+
+            async def heard(value: float, total: float | None, message: str | None) -> None:
+                progress.append(value)
+
+            result = await session.call_tool(step[1], step[2], progress_callback=heard)
+            return {"result": result.model_dump(mode="json", exclude_none=True), "progress": progress}
         elif step[0] == "call":
             result = await session.call_tool(step[1], step[2])
         elif step[0] == "read":

@@ -100,6 +100,13 @@ def build(port: int, json_response: bool, stateless: bool, calls: str | None, ev
         await ctx.session.send_tool_list_changed()
         return "told"
 
+    @server.tool(description="Counts to n, reporting its progress.", structured_output=False)
+    async def count_to(n: int, ctx: Context) -> str:
+        count("count_to")
+        for step in range(1, n + 1):
+            await ctx.report_progress(step, n)
+        return f"counted to {n}"
+
     @server.resource("demo://info", mime_type="text/plain")
     def info() -> str:
         return "hello from the demo resource"
