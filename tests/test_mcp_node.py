@@ -255,9 +255,11 @@ def test_ts_client_over_stdio_records_replays_and_faults(tmp_path, node_modules)
     otherwise = ts_client({"stdio": stdio(store, "--mode", "replay"), "sampling": "no", "steps": [SAMPLED]})
     assert otherwise[1]["error"]["code"] == -32010 and otherwise[1]["error"]["data"]["asked"] == \
         "sampling/createMessage"
-    # a hit, then a miss the server (started for it) answers
-    virtual = ts_client({"stdio": stdio(store), "steps": [STEPS[0], ["call", "echo", {"message": "late"}]]})
+    # a hit, then a miss the server (started for it) answers; a question answered otherwise: the server's
+    virtual = ts_client({"stdio": stdio(store), "sampling": "other", "steps": [
+        STEPS[0], ["call", "echo", {"message": "late"}], SAMPLED]})
     assert texts(virtual[1]) == "Echo: hi" and texts(virtual[2]) == "Echo: late"
+    assert '"other"' in texts(virtual[3]) and virtual[-1]["asked"].count("sampling/createMessage") == 2
     for spec, code in (("down=1", -32011), ("status=503", -32603), ("timeout", -32011), ("malformed", -32603),
                        ("empty", -32603), ("refuse", -32011)):
         started = time.monotonic()

@@ -78,6 +78,11 @@ class StdioServer:
             return Response(200, EVENTS, sse.encode([sse.Event(item) for item in [*heard, line]])), seconds
         return Response(200, JSON, line), seconds
 
+    async def open_stream(self, request: Request, answer: bool = False) -> tuple[Response, float]:
+        """As ``send``: what the child says for a request reaches the client as it writes it
+        (``to_client``), so its answer comes back whole (engine._live: no head, no stream)."""
+        return await self.send(request)
+
     async def aclose(self) -> None:
         """Close the child's stdin and wait for it to exit (then terminate it, then kill it)."""
         process = self._process

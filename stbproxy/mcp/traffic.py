@@ -154,7 +154,7 @@ class Mcp(BaseKind):
                           protocol.key_prefix(facts["server"], message.method))}
         api = ApiRef(facts["server"], name, name) if is_tool else None
         return Call(key, request, request, api, arguments if isinstance(arguments, dict) else {}, request.host,
-                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts, live=not over_stdio)
+                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts, live=True)
 
     def _broken(self, request: Request, message: Message) -> Call:
         """A message of an MCP session that is no JSON-RPC message MCP takes: a batch (2025-03-26
