@@ -212,8 +212,8 @@ class Mcp(BaseKind):
         closest = explanation.get("closest")
         if not isinstance(closest, dict):
             return explanation
-        kept = [d for d in closest.get("differences", ())
-                if not (d.get("part") in ("json:id", "json:jsonrpc") or str(d.get("part")).startswith("json:params._meta"))]
+        kept = [d for d in closest.get("differences", ()) if not (
+            d.get("part") in ("json:id", "json:jsonrpc") or str(d.get("part")).startswith("json:params._meta"))]
         return {**explanation, "closest": {**closest, "differences": kept}}
 
     # -- serving -----------------------------------------------------------------------
