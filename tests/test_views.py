@@ -148,3 +148,37 @@ def test_without_proxy_auth_one_view_keeps_a_rotated_key_hitting(tmp_path, upstr
         got = [requests.get(url, proxies={"http": proxy.url}, headers={"Authorization": f"Bearer {token}"},
                             timeout=30).headers["X-Stb-Source"] for token in ("token-A-000001", "token-B-000002")]
     assert got == ["upstream", "cache"]
+
+
+# -- what a simulator is shown and seeded with -----------------------------------------------------
+
+
+def test_a_simulator_is_shown_the_shared_part_and_the_caller_s_own_view_only(tmp_path):
+    import time
+
+    from stbproxy.models import Exchange, Request, Response, Source
+    from stbproxy.sim.call_facts import ExampleCache, call_facts
+    from stbproxy.sim.simulation import SimulationRequest
+    from stbproxy.store.embedded import Store
+
+    def stored(key: str, text: str) -> Exchange:
+        request = Request("GET", "http://127.0.0.1:9/report", (), b"")
+        return Exchange(key, request, Response(200, (("Content-Type", "text/plain"),), text.encode()),
+                        Source.UPSTREAM, time.time())
+
+    prefix = "http/127.0.0.1:9/GET/report/"
+    with Store(tmp_path / "store") as store:
+        store.put(stored(prefix + "shared", "imported for everyone"))
+        store.put(stored(view_key(prefix + "alices", "a11ce0000000000a"), "alice's private report"))
+        store.put(stored(view_key(prefix + "bobs", "b0b0000000000000"), "bob's private report"))
+        cache = ExampleCache(store, 5)
+
+        def shown(key: str) -> set[str]:
+            job = SimulationRequest(Request("GET", "http://127.0.0.1:9/report?x=1", (), b""), key, None, "test")
+            return {ex.response.body.decode() for ex in cache.get(call_facts(job, None, RULES), key)}
+
+        assert shown(view_key(prefix + "new", "b0b0000000000000")) == {"imported for everyone", "bob's private report"}
+        assert shown(view_key(prefix + "new", "a11ce0000000000a")) == {"imported for everyone", "alice's private report"}
+        assert shown(prefix + "new") == {"imported for everyone"}
+    # and a made-up answer is seeded outside the view: the same whoever asks, whatever the store
+    assert SimulationRequest(None, view_key(prefix + "new", "a11ce0000000000a"), None, "").seed == prefix + "new"

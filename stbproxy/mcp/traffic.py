@@ -356,7 +356,7 @@ class Mcp(BaseKind):
         if output is not None:
             problem = json_schema.problem(value, output)
             if problem is not None:  # the simulator's answer breaks the promise: one from the schema
-                value = value_for(output, call.key)
+                value = value_for(output, call.seed)
                 meta = {**meta, "simulator": "schema", "replaced": f"{meta.get('simulator', 'the simulator')}'s "
                                                                   f"answer broke the outputSchema at {problem}"}
         return Simulation(self._result(call, call_tool_result(value, tool)), ok=True, meta=meta)

@@ -96,12 +96,12 @@ class OpenApi(BaseKind):
             return await super().simulate(call, simulator, reason)
         broken = request_problem(op, call.request, call.facts.get("path") or {})
         if broken is not None:  # answered as the document's validation would: never a made-up success
-            return answers.rejected(op, broken, call.key)
+            return answers.rejected(op, broken, call.seed)
         status, reply = op.success()
         if not status:
             return answers.failed(f"{op.name} documents no success answer to make up", {}, simulator_on=True)
         media = reply.media() if reply is not None else None
-        headers = answers.documented_headers(op, reply, status, call.key)
+        headers = answers.documented_headers(op, reply, status, call.seed)
         if media is None or status in answers.NO_BODY or op.method == "HEAD":
             return Simulation(Response(status, headers, b""), ok=True, meta={"simulator": "schema"})
         made = await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
@@ -110,11 +110,11 @@ class OpenApi(BaseKind):
             return answers.failed_simulation(made)
         media_type, documented = media
         if not answers.is_json_media(media_type):
-            return answers.text_answer(op, status, headers, media_type, documented, made, call.key)
+            return answers.text_answer(op, status, headers, media_type, documented, made, call.seed)
         value, meta = _value_of(made.response), dict(made.meta)
         problem = _schema_problem(op, value, documented.schema)
         if problem is not None:  # the simulator's answer breaks the promise: one from the schema
-            value = schema_value(op, call.key, status)
+            value = schema_value(op, call.seed, status)
             meta = {**meta, "simulator": "schema", "replaced": f"{meta.get('simulator', 'the simulator')}'s "
                                                               f"answer broke the schema at {problem}"}
             still = _schema_problem(op, value, documented.schema)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from stbcore.tool_calls import WireCall, read_tool_call
 from stbproxy import keys
 from stbproxy.errors import StbError
+from stbproxy.forensics.naming import view_of
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Exchange, Request, Source
 from stbproxy.redact import redact_request
@@ -109,6 +110,7 @@ def stored_examples(store, facts: CallFacts, skip_key: str, limit: int) -> list[
     real: list[Exchange] = []
     simulated: list[Exchange] = []
     seen: set[str] = {skip_key}
+    own_view = view_of(skip_key)
     for prefix in facts.prefixes:
         try:
             for n, ex in enumerate(store.scan(prefix)):
@@ -116,6 +118,8 @@ def stored_examples(store, facts: CallFacts, skip_key: str, limit: int) -> list[
                     break
                 # "http/h/GET/a/" also prefixes "http/h/GET/a/b/...": keep the same endpoint only.
                 if ex.key in seen or ex.key.rsplit("/", 1)[0] + "/" != prefix or ex.response.status >= 400:
+                    continue
+                if view_of(ex.key) not in (None, own_view):  # another client's view: never shown to this one
                     continue
                 seen.add(ex.key)
                 if ex.source in REAL_SOURCES:
@@ -137,14 +141,15 @@ class ExampleCache:
     def __init__(self, store, limit: int) -> None:
         self.store = store
         self.limit = limit
-        self._picked: dict[tuple[str, ...], tuple[float, list[Exchange]]] = {}
+        self._picked: dict[tuple[tuple[str, ...], str | None], tuple[float, list[Exchange]]] = {}
 
     def get(self, facts: CallFacts, key: str) -> list[Exchange]:
         now = time.monotonic()
-        cached = self._picked.get(facts.prefixes)
+        remembered = (facts.prefixes, view_of(key))  # a view's examples are its own
+        cached = self._picked.get(remembered)
         if cached is None or cached[0] < now:
             if len(self._picked) >= EXAMPLE_CACHE_SIZE:
                 self._picked.clear()
             picked = stored_examples(self.store, facts, key, self.limit + 1)  # a spare for the skip below
-            cached = self._picked[facts.prefixes] = (now + EXAMPLE_CACHE_SECONDS, picked)
+            cached = self._picked[remembered] = (now + EXAMPLE_CACHE_SECONDS, picked)
         return [ex for ex in cached[1] if ex.key != key][: self.limit]

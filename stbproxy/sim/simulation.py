@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
+from stbproxy.forensics.naming import shared_key
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.models import ApiRef, Request, Response
 
@@ -24,6 +25,11 @@ class SimulationRequest:
     # A /virtual call's category, tool_name and api_name as its client wrote them (the request
     # is the stored form of the call, which names the API by its keys).
     names: Mapping[str, str] | None = None
+
+    @property
+    def seed(self) -> str:
+        """What seeds a made-up answer: the key outside any view (Call.seed)."""
+        return shared_key(self.key)
 
 
 @dataclass(frozen=True)

@@ -74,14 +74,14 @@ class SchemaSimulator:
     async def simulate(self, job: SimulationRequest) -> Simulation:
         facts = call_facts(job, self.catalog, self.rules)
         if facts.doc is not None and facts.doc.output_schema is not None:  # the answer's documented shape
-            value = value_for(facts.doc.output_schema, job.key)
+            value = value_for(facts.doc.output_schema, job.seed)
             return Simulation(api_body_response(value), ok=True, meta={"simulator": "schema"})
         template = facts.doc.template_response if facts.doc else None
         example = None
         if template in (None, "", {}, []):
             real = [ex for ex in self._examples.get(facts, job.key) if ex.source in REAL_SOURCES]
             example = _parsed(real[0].response.body) if real else None
-        answer = virtual_answer(template, job.key, example)
+        answer = virtual_answer(template, job.seed, example)
         return Simulation(api_body_response(answer["response"]), ok=True, meta={"simulator": "schema"})
 
 

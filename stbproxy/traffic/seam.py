@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, NamedTuple, Protocol, Sequence
 
+from stbproxy.forensics.naming import shared_key
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
@@ -38,6 +39,12 @@ class Call:
     may_simulate: bool = True  # False: when its real API gives no answer, the client is told; nothing is made up
     private: bool = False  # its answers are its caller's alone: never written to the shared tier
     facts: Mapping[str, Any] = field(default_factory=dict)  # what its kind read of the request and needs again
+
+    @property
+    def seed(self) -> str:
+        """What seeds an answer made up for it: its key outside any view, so the same request
+        gets the same made-up answer whoever asks and whichever store's salt keys the view."""
+        return shared_key(self.key)
 
 
 class Judged(NamedTuple):
