@@ -440,7 +440,8 @@ class Run:
         if code not in (0, -signal.SIGTERM):
             problems.append(f"exit status {code} after SIGTERM")
         if "Traceback" in output or "mitmproxy has crashed" in output:
-            problems.append(f"{output.count('Traceback')} tracebacks in the proxy's output")
+            first = output[output.find("Traceback"):][:1500] if "Traceback" in output else ""
+            problems.append(f"{output.count('Traceback')} tracebacks in the proxy's output; the first:\n{first}")
         return problems
 
     def main(self) -> int:
