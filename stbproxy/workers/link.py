@@ -58,8 +58,8 @@ def call_to_wire(call: Call) -> dict:
             "api": [call.api.category, call.api.tool, call.api.api] if call.api else None,
             "args": dict(call.args), "host": call.host, "reply_format": call.reply_format,
             "no_upstream": call.no_upstream, "kind": call.kind, "keep": call.keep, "streams": call.streams,
-            "live": call.live, "faultable": call.faultable, "may_simulate": call.may_simulate, "private": call.private,
-            "facts": dict(call.facts)}
+            "faultable": call.faultable, "may_simulate": call.may_simulate, "private": call.private,
+            "facts": dict(call.facts)}  # not ``live``: the link carries an answer whole, never its events as they come
 
 
 def call_from_wire(data: dict) -> Call:
@@ -70,7 +70,7 @@ def call_from_wire(data: dict) -> Call:
         request_from_wire(upstream) if upstream is not None else None)
     return Call(data["key"], request, upstream, ApiRef(*data["api"]) if data["api"] else None, data["args"],
                 host=data["host"], reply_format=data["reply_format"], no_upstream=data["no_upstream"],
-                kind=data["kind"], keep=data["keep"], streams=data["streams"], live=data["live"],
+                kind=data["kind"], keep=data["keep"], streams=data["streams"],
                 faultable=data["faultable"], may_simulate=data["may_simulate"], private=data["private"],
                 facts=data["facts"])
 
