@@ -211,11 +211,37 @@ def test_ctrl_c_during_a_cassette_import_stops_between_interactions(tmp_path):
     code, _out, err = interrupted_run(["import", "cassette", *cassettes, "--store", str(store), "--session", "s"],
                                       writing_to(store))
     assert code == 130, err
-    imported, done = (int(n) for n in re.search(r"stbproxy: interrupted: (\d+) interactions imported, (\d+) of 100 "
-                                                  r"files whole, and the store at .* is consistent", err).groups())
-    assert 0 < imported < 100 * 100 and done == imported // 100
+    imported, logged, done = (int(n) for n in re.search(
+        r"stbproxy: interrupted: (\d+) interactions imported \((\d+) calls logged in session s\), (\d+) of 100 "
+        r"files whole, and the store at .* is consistent", err).groups())
+    assert 0 < imported < 100 * 100 and done == imported // 100 and logged == imported
     with Store(store, readonly=True) as db:  # each entry with its session record, no more, no fewer
         assert sum(1 for _ in db.keys("http/")) == imported == len(list(db.session_records("s")))
+
+
+def test_a_cassette_import_cut_short_then_run_again_logs_each_call_once(tmp_path):
+    # One big cassette, as `import cassette big.json --session big2`, Ctrl-C, and the same command again.
+    total = 40000
+    (cassette,), store = json_cassettes(tmp_path / "cassettes", 1, total), tmp_path / "store"
+    args = ["import", "cassette", cassette, "--store", str(store), "--session", "big2"]
+
+    def logging(process):  # until the first batch is in RocksDB's write-ahead log
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline and not any(
+                log.stat().st_size for log in store.glob("*.log")):
+            time.sleep(0.02)
+
+    code, _out, err = interrupted_run(args, logging)
+    assert code == 130 and "0 of 1 files whole" in err, err
+    first = int(re.search(r"\((\d+) calls logged in session big2\)", err).group(1))
+    assert 0 < first < total
+    rerun = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert (f"imported: {total - first}, duplicates: {first}, problems: 0; session big2: {total - first} calls "
+            f"logged, {first} were logged already") in rerun.stdout
+    with Store(store, readonly=True) as db:  # every interaction once, in the cassette's order
+        assert [r["interaction"] for r in db.session_records("big2")] == list(range(total))
+        assert sum(1 for _ in db.keys("http/")) == total
 
 
 def tool_docs(tools, count: int, apis: int = 3):

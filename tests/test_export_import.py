@@ -142,10 +142,17 @@ def test_export_import_export_gives_the_same_interactions(recorded, tmp_path):
     assert "imported: 7, duplicates: 0, problems: 0" in first.stdout
     rerun = stb("import", "cassette", cassette, "--store", fresh)
     assert "imported: 0, duplicates: 7, problems: 0" in rerun.stdout  # idempotent
+    # ... for the session's log too: the same cassette into the same session logs nothing more
+    again = stb("import", "cassette", cassette, "--session", "again", "--store", fresh)
+    assert again.returncode == 0, again.stderr
+    assert ("imported: 0, duplicates: 7, problems: 0; session again: 0 calls logged, 7 were logged already by an "
+            "earlier import of the same cassette (left as they are)") in again.stdout
+    other = stb("import", "cassette", cassette, "--session", "other", "--store", fresh)  # another session logs them
+    assert "session other: 7 calls logged" in other.stdout
     second = tmp_path / "again.yaml"
     result = stb("export", "--session", "again", "-o", second, "--store", fresh)
     assert result.returncode == 0, result.stderr
-    assert without_source(interactions(second)) == without_source(interactions(cassette))
+    assert without_source(interactions(second)) == without_source(interactions(cassette))  # 7, not 14
     assert {i["response"]["headers"]["X-Stb-Source"][0] for i in interactions(second)} == {"imported"}
     # Keyed exactly as the proxy keyed them: the imported store holds the same keys.
     with Store(store, readonly=True) as old, Store(fresh, readonly=True) as new:

@@ -386,26 +386,24 @@ def import_tools(sources, store, catalog, shared):
 @store_option
 @click.option("--session", default=None, metavar="NAME",
               help="Also log the imported interactions, in file order, as this session "
-                   "(so that 'export --session NAME' gives them back in order).")
+                   "(so that 'export --session NAME' gives them back in order); a cassette already "
+                   "logged there is not logged again.")
 @shared_option
 def import_cassette(files, store, session, shared):
     """Import vcrpy cassettes (YAML or JSON) and mitmproxy flow files (mitmdump -w).
 
     Each interaction is keyed as the proxy keys that request, redacted, and stored with
     source 'imported'; what is stored already is left alone, so running it twice adds
-    nothing. YAML is loaded safely (tags such as !!python/object are refused). A bad
-    interaction or file is reported with its place and never stops the rest; the exit
-    status is 1 when anything was reported.
+    nothing, to the store or to the session's log (which logs each cassette's calls once, and
+    after Ctrl-C logs only the rest when the same command runs again). YAML is loaded safely
+    (tags such as !!python/object are refused). A bad interaction or file is reported with
+    its place and never stops the rest; the exit status is 1 when anything was reported.
 
     \b
     Examples:
       stbproxy import cassette tests/cassettes/*.yaml
       mitmdump -w flows.mitm ...; stbproxy import cassette flows.mitm --session captured
     """
-    import time
-
-    from stbproxy.cassettes import reading as cassette_reading
-
     from stbproxy.runtime import load_catalog, load_openapi
     from stbproxy.sessions import safe_session_name
     from stbproxy.settings import Settings
@@ -413,45 +411,35 @@ def import_cassette(files, store, session, shared):
 
     if session is not None and safe_session_name(session) != session:
         fail(f"session name {session!r} must use only letters, digits, '.', '_' and '-'")
-    imported = duplicates = shared_added = files_done = 0
+    counts = _CassetteCounts()
     problems: list[str] = []
+    shared_added = files_done = 0
     try:
         settings = Settings(store=store)
         catalog, rules, openapi = load_catalog(settings), settings.key_rules(), load_openapi(settings)
+        keying = {"catalog": catalog, "rules": rules, "openapi": openapi}
         with ctrl_c_between_writes() as ctrl_c:
             try:
                 with Store(store) as db, SharedCopies(open_bulk(shared)) as copies, ctrl_c.stoppable():
                     for path in files:
-                        now = time.time()
-                        for pair in _interactions_of(path, problems):
-                            if ctrl_c.requested:
-                                break
-                            if isinstance(pair, str):
-                                problems.append(f"{path}: {pair}")
-                                continue
-                            index, request, response, recorded_source = pair
-                            exchange = cassette_reading.imported_exchange(
-                                request, response, catalog=catalog, rules=rules, now=now,
-                                meta={"imported_from": path.name, "index": index}, recorded_source=recorded_source,
-                                openapi=openapi)
-                            with ctrl_c.holding():  # the entry, its session record and the counts together
-                                if _store_interaction(db, copies, exchange, response.status, session, now):
-                                    imported += 1
-                                else:
-                                    duplicates += 1
-                        else:  # every interaction of the file is in, even if Ctrl-C came after the last one
-                            files_done += 1
+                        if _import_one_cassette(db, copies, path, session, keying, counts, problems, ctrl_c):
+                            files_done += 1  # every interaction of the file is in
                         if ctrl_c.requested:
                             break
                     shared_added = copies.flush()
             except KeyboardInterrupt:
                 if not ctrl_c.requested:
                     raise
-            click.echo(f"files: {len(files)}, imported: {imported}, duplicates: {duplicates}, "
-                       f"problems: {len(problems)}" + (f", shared tier: {shared_added} added" if shared else ""))
+            click.echo(f"files: {len(files)}, imported: {counts.imported}, duplicates: {counts.duplicates}, "
+                       f"problems: {len(problems)}" + (f", shared tier: {shared_added} added" if shared else "")
+                       + (f"; session {session}: {counts.logged} calls logged" if session is not None else "")
+                       + (f", {counts.logged_before} were logged already by an earlier import of the same "
+                          "cassette (left as they are)" if counts.logged_before else ""))
             if ctrl_c.requested:
-                interrupted(f"{imported} interactions imported, {files_done} of {len(files)} files whole, and the "
-                            f"store at {store} is consistent (flushed and closed); the same command imports the rest")
+                logged = f" ({counts.logged} calls logged in session {session})" if session is not None else ""
+                interrupted(f"{counts.imported} interactions imported{logged}, {files_done} of {len(files)} files "
+                            f"whole, and the store at {store} is consistent (flushed and closed); the same command "
+                            "imports the rest" + (", and logs only the calls not logged yet" if session else ""))
     except StbError as exc:
         fail(str(exc))
     for problem in problems[:50]:
@@ -462,18 +450,111 @@ def import_cassette(files, store, session, shared):
         sys.exit(1)
 
 
-def _store_interaction(db, copies, exchange, status: int, session: str | None, now: float) -> bool:
-    """Store one imported interaction (and log it in ``session``); False when it was stored already."""
+class _CassetteCounts:
+    """What an import of cassettes did: entries stored and found stored, calls logged in the
+    session and calls left out of it because an earlier import of the same cassette logged them."""
+
+    def __init__(self) -> None:
+        self.imported = self.duplicates = self.logged = self.logged_before = 0
+
+
+# Interactions written to the store in one atomic batch (entries, session records and the mark).
+_IMPORT_BATCH = 1000
+
+
+def _import_one_cassette(db, copies, path: Path, session: str | None, keying: dict, counts: _CassetteCounts,
+                         problems: list[str], ctrl_c) -> bool:
+    """Import one cassette or flow file; True when every interaction of it is in.
+
+    With a session, its calls are logged once however often the import runs: a cassette is
+    known by the SHA-256 of its bytes, each session record says which cassette and which
+    interaction it logs (``cassette``, ``interaction``), and a mark in the store
+    (``meta/imports/<session>/<sha256>``) holds the last interaction logged and the sequence
+    number of its record, written in the same atomic batch as the records. A later import of
+    the same cassette into that session, whole or cut short by Ctrl-C or a crash, logs only
+    the interactions after the mark (entries are stored only where their key is free anyway).
+    A mark whose record is not in the log (a store put back from an older copy) counts for nothing.
+    """
+    import time
+
+    from stbproxy.cassettes import reading as cassette_reading
     from stbproxy.sessions import SessionRecord
 
-    stored = db.put_new(exchange)
-    copies.entry(exchange)
-    if session is not None:
-        record = SessionRecord(0, now, exchange.request.method, exchange.request.url, status,
-                               exchange.source.value, exchange.key, 0.0)
-        seq = db.append_session(session, record.to_stored())
-        copies.session(session, {**record.to_stored(), "seq": seq})
-    return stored
+    now = time.time()
+    digest = _file_digest(path) if session is not None else None
+    mark_name = f"imports/{session}/{digest}" if digest is not None else None
+    logged_through = _logged_through(db, session, mark_name, digest) if mark_name is not None else -1
+    pending: list[tuple] = []  # (exchange, its session record or None, its index)
+
+    def write() -> None:
+        if not pending:
+            return
+        records = [record for _ex, record, _index in pending if record is not None]
+        last = max((index for _ex, record, index in pending if record is not None), default=None)
+        mark = (mark_name, {"file": path.name, "interaction": last}) if last is not None else None
+        with ctrl_c.holding():  # the entries, their session records, the mark and the counts together
+            stored = db.put_imported([ex for ex, _record, _index in pending], session, records, mark)
+            counts.imported += stored
+            counts.duplicates += len(pending) - stored
+            counts.logged += len(records)
+        for exchange, record, _index in pending:
+            copies.entry(exchange)
+        for record in records:
+            copies.session(session, record)
+        pending.clear()
+
+    whole = False
+    for pair in _interactions_of(path, problems):
+        if ctrl_c.requested:
+            break
+        if isinstance(pair, str):
+            problems.append(f"{path}: {pair}")
+            continue
+        index, request, response, recorded_source = pair
+        exchange = cassette_reading.imported_exchange(
+            request, response, now=now, meta={"imported_from": path.name, "index": index},
+            recorded_source=recorded_source, **keying)
+        record = None
+        if session is not None:
+            if index <= logged_through:
+                counts.logged_before += 1
+            else:
+                record = SessionRecord(0, now, exchange.request.method, exchange.request.url, response.status,
+                                       exchange.source.value, exchange.key, 0.0,
+                                       facts={"cassette": (digest or "")[:16], "interaction": index}).to_stored()
+        pending.append((exchange, record, index))
+        if len(pending) >= _IMPORT_BATCH:
+            write()
+    else:
+        whole = True
+    write()
+    return whole
+
+
+def _file_digest(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes (None when it cannot be read: the reader reports that)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _logged_through(db, session: str, mark_name: str, digest: str) -> int:
+    """The last interaction of this cassette that an earlier import logged in the session
+    (-1: none), from the import mark, checked against the record it names."""
+    mark = db.get_meta(mark_name)
+    if not isinstance(mark, dict) or not isinstance(mark.get("seq"), int):
+        return -1
+    record = db.session_record(session, mark["seq"])
+    if record is None or record.get("cassette") != digest[:16] or record.get("interaction") != mark.get("interaction"):
+        return -1
+    return mark["interaction"]
 
 
 def _interactions_of(path: Path, problems: list[str]):

@@ -331,6 +331,43 @@ class Store(OneTier):
         self._call(self._db.write, batch)
         self._session_seq.update(seqs)  # only once written: a failed write leaves no gap
 
+    def put_imported(self, exchanges: list[Exchange], session: str | None = None, records: list[dict] = (),
+                     mark: tuple[str, dict] | None = None) -> int:
+        """One batch of an import in one atomic write: the exchanges whose key is not stored
+        yet (the first of a key wins), ``records`` appended to ``session``'s log in order, and
+        ``mark``, a meta document (name, document) that gets the sequence number of the last
+        record as its ``seq``: all or nothing, so a mark never says more than the log holds.
+        Returns how many exchanges were stored."""
+        self._writable()
+        batch = WriteBatch(raw_mode=True)
+        taken = self.existing([ex.key for ex in exchanges])
+        stored = 0
+        for ex in exchanges:
+            if ex.key not in taken:
+                taken.add(ex.key)
+                batch.put(ex.key.encode(), encode_exchange(ex))
+                stored += 1
+        seq = None
+        if session is not None and records:
+            seq = self._session_seq.get(session)
+            if seq is None:
+                seq = self._last_session_seq(session)
+            for record in records:
+                seq += 1
+                batch.put(f"{SESSION_PREFIX}{session}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
+        if mark is not None:
+            name, document = mark
+            batch.put((META_PREFIX + name).encode(), json.dumps({**document, "seq": seq}).encode())
+        self._call(self._db.write, batch)
+        if seq is not None:
+            self._session_seq[session] = seq  # only once written: a failed write leaves no gap
+        return stored
+
+    def session_record(self, name: str, seq: int) -> dict | None:
+        """One record of a session's log, or None."""
+        value = self._call(self._db.get, f"{SESSION_PREFIX}{name}/{seq:012d}".encode())
+        return None if value is None else expand_record(json.loads(value), seq)
+
     def session_records(self, name: str) -> Iterator[dict]:
         """The session's records in order, each with its ``seq`` (see sessions.expand_record)."""
         prefix = f"{SESSION_PREFIX}{name}/"
