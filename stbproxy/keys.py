@@ -89,6 +89,7 @@ def _all_spellings(names: Iterable[str]) -> frozenset[str]:
 SECRET_FIELDS_DEFAULT = Names(_all_spellings(SECRET_FIELDS | {
     "api_key", "x_api_key", "password", "passwd", "token", "auth_token", "refresh_token", "id_token",
     "api_token", "session_token", "client_secret", "app_secret", "consumer_secret",
+    "appid",  # OpenWeather's key (ToolBench's execution-scored tasks send it in the query)
 }))
 
 DEFAULT_PORTS = {"http": 80, "https": 443}

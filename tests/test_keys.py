@@ -95,6 +95,16 @@ def test_user_configured_secret_and_volatile_fields_leave_the_key():
     assert request_key(a) != request_key(b)  # the defaults keep them
 
 
+def test_openweathers_appid_is_a_secret_by_default():
+    """OpenWeather's key travels as ?appid=...: never keyed, never stored (issue 44)."""
+    from stbproxy.redact import redact_url
+
+    a = get("http://h/data/2.5/weather?q=London&appid=KEY-ONE")
+    b = get("http://h/data/2.5/weather?appid=&q=London")
+    assert request_key(a) == request_key(b)
+    assert "KEY-ONE" not in redact_url(a)
+
+
 def test_invalid_json_under_json_type_is_keyed_by_its_bytes():
     a = get("http://h/p", JSON, b"{not json", "POST")
     b = get("http://h/p", JSON, b"{not json ", "POST")
