@@ -203,6 +203,45 @@ def test_session_export_options_and_errors(recorded, tmp_path):
     by_key = tmp_path / "key.yaml"
     assert stb("export", "--all", "http/*/GET/sse/*", "-o", by_key, "--store", store).returncode == 0
     assert [i["response"]["body"]["string"] for i in interactions(by_key)] == [SSE_BODY]
+    # host:port as a user writes it picks the same as the host alone
+    port = seen_base(cassette).rsplit(":", 1)[1]
+    by_host_port = tmp_path / "host-port.yaml"
+    result = stb("export", "--all", f"127.0.0.1:{port}", "-o", by_host_port, "--store", store)
+    assert result.returncode == 0, result.stderr
+    assert interactions(by_host_port) == [i for i in interactions(by_host)
+                                          if i["request"]["uri"].startswith(f"http://127.0.0.1:{port}/")]
+    assert len(interactions(by_host_port)) == 8  # not the simulated answer of another port
+    # a glob that picks nothing: one line, status 2, no file
+    for pattern in ("127.0.0.1:1", "nothing.example"):
+        nothing = tmp_path / "nothing.yaml"
+        result = stb("export", "--all", pattern, "-o", nothing, "--store", store)
+        assert result.returncode == 2 and not nothing.exists()
+        assert result.stderr.startswith(f"stbproxy: error: --all {pattern!r} matches no stored exchange (compared "
+                                        "with each host, host:port, category/tool/api and store key); nothing "
+                                        f"written; stored hosts: 127.0.0.1:{port}, ")
+        assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("url, pattern, picked", [
+    ("https://api.example.com/v1/x", "api.example.com:443", True),  # the scheme's default port
+    ("https://api.example.com/v1/x", "api.example.com:80", False),
+    ("http://api.example.com/v1/x", "api.example.com:80", True),
+    ("https://api.example.com:8443/v1/x", "api.example.com:8443", True),
+    ("https://api.example.com:8443/v1/x", "api.example.com:443", False),
+    ("https://API.Example.com/v1/x", "api.example.com", True),
+    ("https://api.example.com/v1/x", "API.example.COM:443", True),  # host names are case-insensitive
+    ("https://api.example.com/v1/x", "*.example.com:*", True),
+    ("http://[::1]:8443/x", "[::1]:8443", True),  # a literal address, though brackets read as a glob
+    ("http://[::1]:8443/x", "::1", True),
+    ("http://127.0.0.1:8443/x", "127.0.0.1:8443", True),
+    ("http://127.0.0.1:8443/x", "127.0.0.1:844", False),
+])
+def test_export_all_matches_host_and_port_as_users_write_them(url, pattern, picked):
+    from stbproxy.cli.transfer import _matches
+    from stbproxy.models import Exchange, Response, Source
+
+    exchange = Exchange(request_key(Request("GET", url)), Request("GET", url), Response(200), Source.UPSTREAM, 0.0)
+    assert _matches(exchange, pattern) is picked
 
 
 def test_odd_session_names_export_to_a_safe_file_in_the_current_folder(recorded, tmp_path):

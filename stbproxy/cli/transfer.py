@@ -18,7 +18,8 @@ from stbproxy.errors import StbError
 @click.command()
 @click.option("--session", "session", default=None, metavar="NAME", help="Export this session, in its order.")
 @click.option("--all", "pattern", default=None, metavar="GLOB",
-              help="Export every stored exchange whose host, category/tool/api or key matches the glob.")
+              help="Export every stored exchange whose host (or host:port, example.com:443 for https), "
+                   "category/tool/api or key matches the glob; none matching is an error.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Cassette file [default: <session>.yaml, or export.yaml for --all, in this directory]; "
                    "with --by-conversation, a folder [default: <session>].")
@@ -65,8 +66,10 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
                 exchanges, missing = session_exchanges(db, name)
                 skipped.extend(missing)
             else:
-                output = output or Path(f"export.{cassettes.format_for('', fmt)}")
                 exchanges = [ex for ex in db.entries() if _matches(ex, pattern)]
+                if not exchanges:
+                    fail(_nothing_matches(db, pattern))
+                output = output or Path(f"export.{cassettes.format_for('', fmt)}")
             skipped.extend(getattr(db, "damaged", ()))  # shared values that do not decode
         total = len(exchanges)
         if exclude_simulated:
@@ -135,12 +138,53 @@ def _export_conversations(exchanges, folder: Path, fmt, queries, name: str, skip
 
 
 def _matches(exchange, pattern: str) -> bool:
+    """Whether ``--all GLOB`` picks an exchange: by its host, its host and port as a user
+    writes them (``example.com:443`` for https too), its category/tool/api or its key; a
+    pattern equal to one of them picks it even where it reads as a glob (``[::1]:8443``)."""
     from fnmatch import fnmatchcase
 
-    names = [exchange.request.host, exchange.key]
-    if exchange.api is not None:
-        names.append(str(exchange.api))
-    return any(fnmatchcase(name, pattern) for name in names)
+    hosts = _host_names(exchange.request.url)
+    names = [exchange.key, *([str(exchange.api)] if exchange.api is not None else [])]
+    lowered = pattern.lower()  # host names are case-insensitive
+    return (any(name == pattern or fnmatchcase(name, pattern) for name in names)
+            or any(host == lowered or fnmatchcase(host, lowered) for host in hosts))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def _host_names(url: str) -> list[str]:
+    """A URL's host as a user writes it: alone, and with its port (the scheme's default
+    port when the URL names none); an IPv6 address bare and in brackets."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return []
+    if not host:
+        return []
+    port = port if port is not None else _DEFAULT_PORTS.get(parts.scheme.lower())
+    shown = f"[{host}]" if ":" in host else host
+    names = [host] if shown == host else [host, shown]
+    return names + ([f"{shown}:{port}"] if port is not None else [])
+
+
+def _nothing_matches(db, pattern: str) -> str:
+    """The one line of an --all that picks nothing, naming a few stored hosts to choose from."""
+    from collections import Counter
+
+    hosts: Counter = Counter()
+    for exchange in db.entries():
+        names = _host_names(exchange.request.url)
+        if names:
+            hosts[names[-1]] += 1
+    known = ", ".join(host for host, _n in hosts.most_common(5))
+    more = f" and {len(hosts) - 5} more" if len(hosts) > 5 else ""
+    return (f"--all {pattern!r} matches no stored exchange (compared with each host, host:port, "
+            "category/tool/api and store key); nothing written"
+            + (f"; stored hosts: {known}{more}" if hosts else "; the store holds no entries"))
 
 
 # -- import ----------------------------------------------------------------------------------
