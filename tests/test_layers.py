@@ -92,7 +92,7 @@ def test_stbeval_never_imports_the_proxy():
 
 
 # stbeval's own foreign libraries, each behind one module of eval/.
-EVAL_OWNERS = {"rouge_score": "rouge"}
+EVAL_OWNERS = {"rouge_score": "rouge", "httpx": "exec_http"}  # exec_http: eval exec's requests, through the proxy
 
 
 @pytest.mark.parametrize("library,owner", sorted(EVAL_OWNERS.items()))
