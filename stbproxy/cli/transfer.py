@@ -56,6 +56,8 @@ def export(session, pattern, output, fmt, exclude_simulated, by_conversation, qu
         fail("--by-conversation needs --session NAME")
     if output is not None and output.is_dir() and not by_conversation:
         fail(f"{output} is a folder; give a cassette file name")
+    if output is not None and not by_conversation and not output.parent.is_dir():  # before any work
+        fail(f"cannot write {output}: the directory {output.parent} does not exist")
     skipped: list[str] = []
     left_out: list = []  # exchanges that could not be written: named, the rest are written
     try:
