@@ -220,10 +220,20 @@ def test_a_bad_interaction_is_one_problem_and_the_rest_still_load(tmp_path, inte
 
 @pytest.mark.parametrize("text,message", [
     ("interactions: []\nversion: 2\n", "version 2 is not supported"),
-    ("interactions: []\n", "version None is not supported"),
+    ("interactions: []\n", "looks truncated (the file ends early): it has 0 interactions but no 'version'"),
+    ("interactions:\n- request: {method: GET}\n", "looks truncated (the file ends early): it has 1 interactions"),
+    ("interactions:\n- request:\n    body: 'cut in the mid", "looks truncated (the file ends early): invalid YAML"),
+    ('{"interactions": [{"request": {"method": "GET", "uri": "http://a.exam', "looks truncated"),
+    ('{"interactions": [{"request": {}}], "version": 1', "looks truncated (the file ends early): invalid JSON"),
+    ('{"log": {"version": "1.2", "entries": []}}', "a HAR file (an HTTP Archive, as browsers and mitmproxy's "
+                                                   "hardump write), not a vcrpy cassette; expected a vcrpy cassette"),
+    ("", "an empty file, not a vcrpy cassette"),
+    ("2160:9:websocket;0:~8:response;", "a mitmproxy flow file (mitmdump -w; 'stbproxy import cassette' reads it "
+                                         "into a store), not a vcrpy cassette"),
+    ('{"other": 1}', "a JSON document without a top-level 'interactions', not a vcrpy cassette"),
     ('{"interactions": [], "version": "1"}', "version '1' is not supported"),
     ("- request: {}\n  response: {}\n", "before 1.0"),
-    ("version: 1\n", "no top-level 'interactions'"),
+    ("version: 1\n", "a YAML document without a top-level 'interactions', not a vcrpy cassette"),
     ("interactions: {}\nversion: 1\n", "'interactions' must be a list"),
     ("interactions: [\nversion: 1\n", "invalid YAML"),
     ('{"interactions": [,]}', "invalid JSON"),
@@ -247,6 +257,9 @@ def test_non_utf8_and_missing_files_are_clear_errors(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"interactions: []\nversion: 1\n# caf\xe9\n")
     with pytest.raises(InputError, match="not UTF-8"):
+        cassette_reading.read_cassette(path)
+    path.write_bytes(gzip.compress(b"interactions: []\nversion: 1\n"))
+    with pytest.raises(InputError, match=r"a gzip-compressed file \(decompress it first\), not a vcrpy cassette"):
         cassette_reading.read_cassette(path)
     with pytest.raises(InputError, match="cannot read"):
         cassette_reading.read_cassette(tmp_path / "nope.yaml")

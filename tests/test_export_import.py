@@ -265,13 +265,23 @@ def test_bad_cassettes_are_reported_per_interaction_and_never_stop_the_rest(reco
     unsafe.write_text(f"interactions:\n- !!python/object/apply:os.system ['touch {tmp_path}/PWNED']\nversion: 1\n")
     old = tmp_path / "old.yaml"
     old.write_text("interactions: []\nversion: 2\n")
+    truncated = tmp_path / "truncated.yaml"  # a copy cut short, in the middle of its third interaction
+    text = cassette.read_text()
+    truncated.write_text(text[: text.index("- request:", text.index("- request:", text.index("- request:") + 1) + 1)
+                              + 40])
+    har = tmp_path / "flows.har"  # what mitmproxy's hardump writes
+    har.write_text(json.dumps({"log": {"version": "1.2", "creator": {"name": "mitmproxy"}, "entries": []}}))
     fresh = tmp_path / "fresh" / "store"
-    result = stb("import", "cassette", partly_bad, unsafe, old, "--store", fresh)
+    result = stb("import", "cassette", partly_bad, unsafe, old, truncated, har, "--store", fresh)
     assert result.returncode == 1
-    assert "imported: 6, duplicates: 0, problems: 3" in result.stdout
+    assert "imported: 6, duplicates: 0, problems: 5" in result.stdout
     assert f"{partly_bad}: interaction 1: missing response.status" in result.stderr
     assert f"{unsafe}: refused an unsafe or unknown YAML tag" in result.stderr
     assert f"{old}: cassette format version 2 is not supported" in result.stderr
+    assert f"  problem: {truncated}: looks truncated (the file ends early): " in result.stderr
+    assert (f"  problem: {har}: a HAR file (an HTTP Archive, as browsers and mitmproxy's hardump write), not a vcrpy "
+            "cassette; import cassette reads vcrpy cassettes (YAML or JSON, format version 1) and mitmproxy flow files "
+            "(mitmdump -w)\n") in result.stderr
     assert not (tmp_path / "PWNED").exists()
 
 

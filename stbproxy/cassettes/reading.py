@@ -44,19 +44,56 @@ def is_flow_file(head: bytes) -> bool:
     return bool(_FLOW_FILE.match(head))
 
 
+CASSETTE_FORMS = ("a vcrpy cassette (YAML or JSON with 'interactions' and 'version: 1', as vcrpy or stbproxy "
+                  "export writes)")
+
+
+class NotACassette(InputError):
+    """A file of another kind than a cassette: ``what`` says which kind it looks like, and
+    the message what a cassette is (a command that reads more kinds says so instead)."""
+
+    def __init__(self, name: str, what: str) -> None:
+        self.name, self.what = name, what
+        super().__init__(f"{name}: {what}, not a vcrpy cassette; expected {CASSETTE_FORMS}")
+
+    def accepting(self, accepted: str) -> str:
+        """The message for a command that reads ``accepted``."""
+        return f"{self.name}: {self.what}, not a vcrpy cassette; {accepted}"
+
+
+def foreign_format(raw: bytes) -> str | None:
+    """What a file that is no cassette looks like, from its bytes (None: it may be one)."""
+    head = raw[:16]
+    if not raw.strip():
+        return "an empty file"
+    if head.startswith(b"\x1f\x8b"):
+        return "a gzip-compressed file (decompress it first)"
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive"
+    if is_flow_file(head):
+        return "a mitmproxy flow file (mitmdump -w; 'stbproxy import cassette' reads it into a store)"
+    return None
+
+
 def read_cassette(path: str | os.PathLike) -> tuple[list[Interaction], list[Problem]]:
     """The usable interactions of a YAML or JSON cassette and a problem per unusable one.
 
     Unreadable text, unsafe YAML tags, or a document that is not a version 1 cassette
-    raise InputError naming the file; one bad interaction never stops the others.
+    raise InputError naming the file (NotACassette for a file of another kind, a truncated
+    one said to look truncated); one bad interaction never stops the others.
     """
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    what = foreign_format(raw)
+    if what is not None:
+        raise NotACassette(str(path), what)
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not a cassette (not UTF-8 text: {exc.reason} at byte {exc.start})") from exc
+        raise NotACassette(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     data = parse_cassette_text(text, str(path))
     interactions, problems = [], []
     for index, raw in enumerate(data["interactions"]):
@@ -73,7 +110,11 @@ def parse_cassette_text(text: str, name: str) -> dict:
         try:
             data = jsonserializer.deserialize(text)
         except ValueError as exc:
-            raise InputError(f"{name}: invalid JSON: {exc}") from exc
+            # a document cut short: inside a string, at its last character, or before its closing brace
+            stripped = text.rstrip()
+            at_end = ("Unterminated string" in str(exc) or getattr(exc, "pos", -1) >= len(stripped)
+                      or not stripped.endswith("}"))
+            raise InputError(f"{name}: " + (_TRUNCATED if at_end else "") + f"invalid JSON: {exc}") from exc
     else:
         try:
             # vcrpy's loader is a SafeLoader: tags such as !!python/object/apply are refused
@@ -83,12 +124,20 @@ def parse_cassette_text(text: str, name: str) -> dict:
             raise InputError(f"{name}: refused an unsafe or unknown YAML tag "
                              f"({one_line(exc.problem or str(exc))}{yaml_text.where(exc)}); nothing was constructed") from exc
         except yaml_text.YAMLError as exc:
-            raise InputError(f"{name}: invalid YAML: {one_line(str(exc))}") from exc
+            mark = getattr(exc, "problem_mark", None)
+            at_end = "end of stream" in str(exc) or (mark is not None and mark.line >= text.rstrip().count("\n"))
+            raise InputError(f"{name}: " + (_TRUNCATED if at_end else "") + f"invalid YAML: {one_line(str(exc))}") from exc
     if isinstance(data, list) and data and isinstance(data[0], dict) and "request" in data[0]:
         raise InputError(f"{name}: a cassette from vcrpy before 1.0 (no version); re-record it or migrate it "
                          "with python -m vcr.migration")
+    if isinstance(data, dict) and isinstance(data.get("log"), dict) and "entries" in data["log"]:
+        raise NotACassette(name, "a HAR file (an HTTP Archive, as browsers and mitmproxy's hardump write)")
     if not isinstance(data, dict) or "interactions" not in data:
-        raise InputError(f"{name}: not a vcrpy cassette (no top-level 'interactions')")
+        kind = "JSON" if text.lstrip().startswith(("{", "[")) else "YAML"
+        raise NotACassette(name, f"a {kind} document without a top-level 'interactions'")
+    if data.get("version") is None and isinstance(data["interactions"], (list, type(None))):
+        raise InputError(f"{name}: {_TRUNCATED}it has {len(data['interactions'] or ())} interactions but no "
+                         "'version', which vcrpy writes after them; export or record it again")
     version = data.get("version")
     if version != CASSETTE_FORMAT_VERSION:
         raise InputError(f"{name}: cassette format version {version!r} is not supported "
@@ -96,6 +145,9 @@ def parse_cassette_text(text: str, name: str) -> dict:
     if not isinstance(data["interactions"], list):
         raise InputError(f"{name}: 'interactions' must be a list, not {type(data['interactions']).__name__}")
     return data
+
+
+_TRUNCATED = "looks truncated (the file ends early): "
 
 
 class _Bad(ValueError):

@@ -627,6 +627,10 @@ def _interactions_of(path: Path, problems: list[str]):
                     yield index, request, response, None
             return
         interactions, bad = cassette_reading.read_cassette(path)
+    except cassette_reading.NotACassette as exc:
+        problems.append(exc.accepting("import cassette reads vcrpy cassettes (YAML or JSON, format version 1) "
+                                      "and mitmproxy flow files (mitmdump -w)"))
+        return
     except StbError as exc:
         problems.append(str(exc))
         return
