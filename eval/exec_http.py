@@ -12,6 +12,7 @@ answer was made (``X-Stb-Source``, ``X-Stb-Origin``, ``X-Stb-Key``) are kept wit
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urljoin
@@ -63,12 +64,16 @@ class Sender:
         for name in _LOGGERS:
             logging.getLogger(name).addFilter(self._filter)
         try:
-            self._client = httpx.Client(proxy=proxy, verify=ca if ca else True, trust_env=False,
+            verify = ssl.create_default_context(cafile=ca) if ca else True
+            self._client = httpx.Client(proxy=proxy, verify=verify, trust_env=False,
                                         follow_redirects=False, timeout=timeout,
                                         headers={"User-Agent": "stbeval-exec"})
-        except (ValueError, httpx.InvalidURL, OSError) as exc:
+        except (ValueError, httpx.InvalidURL) as exc:
             self.close()
             raise EvalError(f"--proxy {proxy_for_humans(proxy)}: {exc}") from None
+        except (OSError, ssl.SSLError) as exc:
+            self.close()
+            raise EvalError(f"--ca {ca}: not a CA bundle ({exc})") from None
 
     def close(self) -> None:
         client = getattr(self, "_client", None)

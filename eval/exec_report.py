@@ -11,13 +11,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .exec_run import ExecRun
 from .exec_score import NO_ANSWER, STATUSES
 from .report import SUMMARY, markdown
+
+if TYPE_CHECKING:  # a report reads run folders without loading the runner (and httpx)
+    from .exec_run import ExecRun
 
 FORMAT = "stbeval-exec/1"
 ITEMS_CSV = "items.csv"
@@ -75,7 +78,7 @@ def table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def text(summary: dict[str, Any]) -> str:
     """The table of a run, as ``eval exec`` and ``eval report`` print it."""
-    return f"Execution scores of {summary.get('name')} (%)\n\n" + markdown(*table(summary))
+    return f"Execution scores of {summary.get('name')} (%)\n\n" + markdown(*table(summary)) + "\n"
 
 
 def item_lines(run: ExecRun) -> list[str]:
@@ -106,7 +109,7 @@ def labels_text(run: ExecRun) -> str:
     head = ["Task", "Labels", "Answered", "Crashed", "Refused", "Missed"]
     rows = [[task, str(sum(c.values())), str(c["answered"]), str(c["crashed"]), str(c["refused"]), str(c["missed"])]
             for task, c in counts.items()]
-    return "Labels run through the proxy\n\n" + markdown(head, rows)
+    return "Labels run through the proxy\n\n" + markdown(head, rows) + "\n"
 
 
 # -- read back by a report -----------------------------------------------------------------------
@@ -142,5 +145,7 @@ def report_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> No
     ]
     run["groups"] = [{"name": t["task"], "metrics": {"success": [t.get("success_rate"), None]}}
                      for t in summary.get("tasks") or []]
+    sources = summary.get("sources") or {}
+    run["sources"] = dict(Counter(sources.get("labels") or {}) + Counter(sources.get("predictions") or {}))
     run["exec"] = {"tasks": summary.get("tasks") or [], "overall": overall, "statuses": list(STATUSES),
                    "items": read_items(folder)}

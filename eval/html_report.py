@@ -506,6 +506,12 @@ def _query_section(main: dict, has_baseline: bool, rounds: int) -> str:
 
 # -- the page ------------------------------------------------------------------------------
 
+def _exec_sections(runs: list[dict]) -> str:
+    from .exec_html import exec_sections  # it uses this module's esc
+
+    return exec_sections(runs)
+
+
 def render(document: dict) -> str:
     """The complete HTML page of a report document."""
     doc = _dict(document)
@@ -534,7 +540,10 @@ def render(document: dict) -> str:
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f'<header class="top"><div class="brand">stbeval report</div><h1>{esc(title)}</h1></header><main>',
         _summary(runs, baseline, colors),
-        _query_section(main, baseline is not None, rounds),
+        _exec_sections(runs),
+        # An exec run lists items, not queries: its (empty) query list stays for the script, hidden.
+        _query_section(main, baseline is not None, rounds) if main.get("kind") != "exec"
+        else f"<div hidden>{_query_section(main, baseline is not None, rounds)}</div>",
         '</main><footer class="muted">Self-contained page: it loads nothing from the network. '
         f'Format {esc(doc.get("format") or "unknown")}.</footer>',
         f'<script type="application/json" id="stb-data">{embed_json(document)}</script>',

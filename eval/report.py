@@ -133,7 +133,7 @@ def load_summary(folder: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: no run summary here ({exc.strerror})") from exc
     except ValueError as exc:
         raise InputError(f"{path}: run summary is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict) or data.get("kind") not in ("pass_rate", "win_rate", "solvable"):
+    if not isinstance(data, dict) or data.get("kind") not in ("pass_rate", "win_rate", "solvable", "exec"):
         raise InputError(f"{path}: not an stbeval run summary")
     return data
 
@@ -254,6 +254,9 @@ def render(summaries: list[dict[str, Any]]) -> str:
     for s in summaries:
         if s["kind"] == "solvable":
             parts.append(f"Solvable tasks (majority of {', '.join(s['models'])})\n\n" + markdown(*solvable_table(s)))
+        if s["kind"] == "exec":
+            from .exec_report import text as exec_text  # eval exec's tables (that module imports this one)
+            parts.append(exec_text(s).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from stbcore.volatile import same_answer
 
 from .errors import InputError
+from .exec_report import report_run as _exec_run
 from .report import load_summary
 from .report_queries import QUERIES_FILE
 
@@ -38,9 +39,10 @@ def build_document(folders: list[Path], *, baseline: Path | None = None, stabili
 def read_run(folder: Path) -> dict[str, Any]:
     summary = load_summary(folder)
     kind = summary.get("kind")
-    readers = {"pass_rate": _pass_rate_run, "win_rate": _win_rate_run, "calls": _calls_run}
+    readers = {"pass_rate": _pass_rate_run, "win_rate": _win_rate_run, "calls": _calls_run, "exec": _exec_run}
     if kind not in readers:
-        raise InputError(f"{folder}: a {kind or 'unknown'} run has no report (pass-rate, win-rate and calls runs do)")
+        raise InputError(f"{folder}: a {kind or 'unknown'} run has no report "
+                         "(pass-rate, win-rate, calls and exec runs do)")
     run = {"name": "", "folder": str(folder), "kind": kind, "rounds": summary.get("rounds") or 0,
            "status_of": "rounds", "metrics": [], "groups": [], "pass_k": None, "sources": {}, "stability": None,
            "queries": []}
@@ -48,7 +50,7 @@ def read_run(folder: Path) -> dict[str, Any]:
     totals: Counter[str] = Counter()
     for query in run["queries"]:
         totals.update(query.get("sources") or {})
-    run["sources"] = dict(totals)
+    run["sources"] = dict(totals) or run["sources"]  # an exec run counts its commands' sources itself
     return run
 
 
