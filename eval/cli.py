@@ -21,7 +21,7 @@ from click.core import ParameterSource
 
 from . import calls, calls_report, report, trials
 from .answers import GROUP_RE, Answer, Problem, load_ids, name_method, to_converted
-from .errors import EvalError, JudgeFatalError, TemplateError
+from .errors import EvalError, InputError, JudgeFatalError, TemplateError
 from .judge import DEFAULT_MODEL, Judge, JudgeSettings, unknown_request_fields
 from .judgeconfig import config_beside, load_judge_config
 from .judgelog import LOG_NAME, JudgeLog
@@ -306,11 +306,28 @@ _queries_option = click.option(
 _SOURCE_HELP = " (file or folder), or a recorded session holding many conversations."
 
 
-def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...]) -> list[Any]:
+def _load_sources(sources: list[str], seed: int, queries: tuple[Path, ...],
+                  id_groups: dict[str, list[str]] | None = None) -> list[Any]:
     index, problems = load_queries(queries)
     loaded = [load_source(source, seed=seed, queries=index) for source in sources]
     loaded[0].problems[:0] = problems
+    if not queries and id_groups is not None:
+        for source, answers in zip(sources, loaded):
+            _named_by_query(source, answers, id_groups)
     return loaded
+
+
+def _named_by_query(source: str, answers: AnswerSet, id_groups: dict[str, list[str]]) -> None:
+    """Recorded conversations (a session, a cassette) are named by the query they state only
+    with --queries; without it they are named by digest, and no id could ever match them."""
+    from .trajectories import DIGEST_NAME
+
+    names = [qid for group in answers.by_group.values() for qid in group]
+    wanted = {qid for ids in id_groups.values() for qid in ids}
+    if names and all(DIGEST_NAME.fullmatch(name) for name in names) and not wanted.intersection(names):
+        raise InputError(f"{source}: its {len(names)} recorded conversations are named by digest (such as "
+                         f"{names[0]}), not by query id: a recorded session or cassette needs --queries "
+                         "(StableToolBench's query files) so that each conversation gets the id of the query it states")
 
 
 @eval_group.command("pass-rate", epilog=PASS_RATE_EXAMPLE)
@@ -346,12 +363,12 @@ def pass_rate_cmd(answers: tuple[str, ...], queries: tuple[Path, ...], ids: Path
     sources = expand_sources(answers)
     run_name = _method_name(answers[0]) if len(answers) == 1 else _trials_name(answers)
     if len(sources) > 1:
-        loaded = _load_sources(sources, seed, queries)
+        loaded = _load_sources(sources, seed, queries, id_groups)
         for trial in loaded:  # one name for all: an answer the same in two trials is judged once
             _name_method(trial, answers_method, run_name)
         _pass_rate_trials(loaded, sources, id_groups, out, rounds, missing, method or run_name, chart, opts)
         return
-    [loaded] = _load_sources(sources, seed, queries)
+    [loaded] = _load_sources(sources, seed, queries, id_groups)
     _name_method(loaded, answers_method, run_name)
     name = method or run_name
 
@@ -421,7 +438,7 @@ def win_rate_cmd(candidate: str, reference: str, queries: tuple[Path, ...], ids:
     """Solvable win rate of a candidate against a reference, with wins, ties and losses."""
     opts = _judge_setup(opts)
     id_groups = load_ids(ids)
-    mine, theirs = _load_sources([candidate, reference], seed, queries)
+    mine, theirs = _load_sources([candidate, reference], seed, queries, id_groups)
     _name_method(mine, candidate_method, _method_name(candidate))
     _name_method(theirs, reference_method, _method_name(reference))
     c_name = candidate_name or _method_name(candidate)

@@ -47,6 +47,7 @@ NO_LLM_CALL = "holds no chat-completion call (nor an OpenAI Responses or Anthrop
 #: does not say which method the agent ran; the CLI gives such answers the run's name.
 UNNAMED_METHOD = "cassette"
 _WORDS = re.compile(r"[a-z0-9]+")
+DIGEST_NAME = re.compile(r"conv-[0-9a-f]{10}(?:-\d+)?")  # a conversation named by its digest, not a query
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class Conversation:
         return text_of(self.calls[0].messages[first]) if first >= 0 else ""
 
     def digest(self) -> str:
+        """``conv-`` and 10 hex digits (DIGEST_NAME): the name of a conversation no query names."""
         head = self.calls[0].messages[:_first_user(self.calls[0].messages) + 1]
         text = "\n".join(f"{m.get('role')}:{normalize(text_of(m))}" for m in head)
         return "conv-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]

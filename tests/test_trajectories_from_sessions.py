@@ -115,6 +115,21 @@ def test_eval_pass_rate_on_a_session_equals_the_files(run, stb, QIDS, fake_opena
     assert tables[0] == tables[1] and "| m " in tables[0]
 
 
+def test_eval_on_a_session_without_queries_says_that_sessions_need_them(pipeline_run, QIDS, tmp_path):
+    ids = write_json(tmp_path / "ids" / "G1_instruction.json", {q: 0 for q in QIDS})
+    judge = ["--base-url", "http://127.0.0.1:9/v1", "--api-key", "judge-key", "--no-progress"]  # never called
+    for command in (["pass-rate", "--answers", SESSION], ["win-rate", "--candidate", SESSION, "--reference", SESSION]):
+        result = CliRunner().invoke(main, ["eval", *command, "--store", str(pipeline_run.store), "--ids", str(ids),
+                                           "--out", str(tmp_path / "run"), *judge])
+        assert result.exit_code == 1, result.output
+        (line,) = result.output.splitlines()
+        assert line.startswith(f"stbproxy: error: {SESSION}: its {len(QIDS)} recorded conversations are named by "
+                               "digest (such as conv-")
+        assert line.endswith("not by query id: a recorded session or cassette needs --queries (StableToolBench's "
+                             "query files) so that each conversation gets the id of the query it states")
+        assert not (tmp_path / "run").exists()
+
+
 def test_unknown_session_names_the_sessions_there_are(run, tmp_path):
     result = CliRunner().invoke(main, ["eval", "convert", "--answers", "no-such-run", "--store", str(run.store),
                                        "--out", str(tmp_path / "x.json")])
