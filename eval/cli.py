@@ -697,8 +697,9 @@ def exec_cmd(items_path: Path, out: Path | None, default_task: str, proxy: str |
     keys = Keys.read(sorted({item.task for item in items}), overrides)
     for task, described in keys.described().items():
         if described["env"]:
-            state = "set" if described["set"] else "not set: {API_KEY} is sent empty (a store answers without it)"
-            click.echo(f"{task}: key from ${described['env']} ({state})", err=True)
+            state = (" (set)" if described["set"]
+                     else ": not set, so {API_KEY} is sent empty (a store answers without it)")
+            click.echo(f"{task}: key from ${described['env']}{state}", err=True)
     warnings = _Warnings()
     bar = _Bar("running", progress)
     try:

@@ -98,8 +98,6 @@ def _command(done: dict) -> str:
         facts.append(f"source {done.get('source')}")
     if done.get("http_status"):
         facts.append(f"HTTP {done.get('http_status')}")
-    if done.get("store_key"):
-        facts.append(f"key {done.get('store_key')}")
     answer = done.get("answer") or ""
     return (f"<pre>{esc(command if command else '(no line of the generation begins with curl)')}</pre>"
             f'<p class="muted">{esc(" · ".join(facts))}</p>'

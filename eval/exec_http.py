@@ -6,7 +6,7 @@ timeout, a cap on the answer's size and redirects followed only for ``curl -L``,
 hop's host checked by the caller's rule. A secret (the task's key) never appears in what
 this module returns or logs: error texts are scrubbed by the caller's ``scrub``, and so
 are httpx's own log records while a Sender is open. The proxy's headers that say how an
-answer was made (``X-Stb-Source``, ``X-Stb-Origin``, ``X-Stb-Key``) are kept with it.
+answer was made (``X-Stb-Source``, ``X-Stb-Origin``) are kept with it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .exec_curl import CurlRequest, host_of
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 MAX_REDIRECTS = 10
-KEPT_HEADERS = ("content-type", "location", "x-stb-source", "x-stb-origin", "x-stb-key", "x-stb-simulator")
+KEPT_HEADERS = ("content-type", "location", "x-stb-source", "x-stb-origin", "x-stb-simulator")
 
 
 class ProxyUnreachable(EvalError):

@@ -157,14 +157,13 @@ class Executed:
     http_status: int | None = None
     source: str | None = None  # the proxy's X-Stb-Source
     origin: str | None = None  # its X-Stb-Origin
-    store_key: str | None = None
     text: str = ""  # the answer as curl would print it, the keys taken out, cut to MAX_TEXT
     items: dict[str, Any] | None = None  # what is compared, when ANSWERED
 
     def record(self) -> dict[str, Any]:
         return {"command": self.command, "status": self.status, "reason": self.reason,
                 "http_status": self.http_status, "source": self.source, "origin": self.origin,
-                "store_key": self.store_key, "answer": self.text}
+                "answer": self.text}
 
 
 class Allowed:
@@ -206,7 +205,7 @@ def judge(shown: str, request: CurlRequest, reply: Reply, profile: Profile, keys
     """What a command's reply counts as, by the proxy's headers, curl's options and the profile."""
     source, origin = reply.headers.get("x-stb-source"), reply.headers.get("x-stb-origin")
     done = Executed(shown, FAILED, http_status=reply.status, source=source, origin=origin,
-                    store_key=reply.headers.get("x-stb-key"), text=_cut(keys.scrub(_decoded(reply.body))))
+                    text=_cut(keys.scrub(_decoded(reply.body))))
     if reply.error:
         done.reason = keys.scrub(reply.error)
     elif source == "miss":

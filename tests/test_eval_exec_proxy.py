@@ -245,3 +245,23 @@ def test_scored_live_twice_differs_while_the_store_does_not_and_the_keys_stay_se
         assert key not in everything
         assert key.encode().hex() not in everything
     assert "OPENWEATHER_API_KEY (set)" in outputs[0]
+
+
+def test_the_worked_example_of_docs_eval_md_prints_what_the_page_shows(tmp_path):
+    """The page's blocks of the exec section run as the docs test runs them; the output shown
+    after them is what the scoring command prints (the figures worked out by hand there)."""
+    from tests.docblocks import REPO, PageRun, blocks
+
+    section = [b for b in blocks(REPO / "docs" / "eval.md") if b.section.startswith("`exec`")]
+    commands = [b for b in section if b.is_command and b.not_run is None]
+    shown = next(b for b in section if b.lang == "").code
+    assert len(commands) == 3 and shown.startswith("Execution scores of weather-items (%)")
+    run = PageRun(tmp_path)
+    try:
+        outputs = [run.run(block) for block in commands]
+    finally:
+        run.close()
+    for result in outputs:
+        assert result.returncode == 0, result.stdout
+    assert shown in outputs[-1].stdout
+    assert (tmp_path / "runs" / "weather-exec.html").is_file()
