@@ -5,6 +5,7 @@ nothing refused, and where real /virtual calls will go."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,35 @@ def test_a_replay_of_a_missing_or_empty_store_is_refused_in_one_line(tmp_path):
     recorded = make_store(tmp_path / "recorded")
     with ServeProcess(recorded, "--mode", "replay") as proxy:
         assert "mode replay" in ready_line(proxy)
+
+
+def test_a_refused_start_leaves_no_folder_behind(tmp_path):
+    key = tmp_path / "key.pem"  # a private key where a CA bundle belongs
+    key.write_text("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIBwRZj6Kv6Ndxd5Vq0vC5Kz1aXq0f8M9tXq0Yc0C9Gm3\n"
+                   "-----END PRIVATE KEY-----\n")
+    with socket.socket() as taken:  # a port in use
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = str(taken.getsockname()[1])
+        refusals = {
+            "--upstream-ca": (["--upstream-ca", str(key), "--port", "0"], "the upstream CA bundle"),
+            "--port": (["--port", busy], "the port is in use"),
+            "--fork": (["--fork", "nope@2", "--port", "0"], "the store holds no session 'nope'"),
+            "--simulator": (["--simulator", "llm", "--port", "0"], "the LLM simulator needs OPENAI_API_KEY"),
+        }
+        for name, (args, said) in refusals.items():
+            run = tmp_path / name.strip("-")
+            line = one_error_line(stbproxy("serve", "--store", str(run / "store"), "--confdir", str(run / "certs"),
+                                           *args, env={"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}, timeout=60))
+            assert said in line, line
+            assert not run.exists(), (name, sorted(str(p) for p in run.rglob("*")))
+    # a store that was there before stays, with what it held; the CA folder the start made goes
+    store = make_store(tmp_path / "kept" / "store")
+    one_error_line(stbproxy("serve", "--store", str(store), "--confdir", str(tmp_path / "kept" / "certs"),
+                            "--upstream-ca", str(key), "--port", "0"))
+    with Store(store, readonly=True) as db:
+        assert len(list(db.entries())) == 2  # the cassette's two interactions
+    assert not (tmp_path / "kept" / "certs").exists()
 
 
 def test_a_replay_with_a_shared_tier_counts_its_entries_too(tmp_path, redis_server):
