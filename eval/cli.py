@@ -509,6 +509,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, tit
     """Combine run folders into one table (and a chart of the pass-rate runs), or one HTML page."""
     if (baseline or stability_data) and html_out is None:
         raise click.UsageError("--baseline and --stability shape the HTML page: give --html OUT.html too")
+    for path in (html_out, chart):  # a file goes into a folder that is there: none is made for it
+        if path is not None and not path.parent.is_dir():
+            raise InputError(f"cannot write {path}: the directory {path.parent} does not exist")
     summaries = [report.load_summary(run) for run in runs]
     text = report.render(summaries)
     click.echo(text, nl=False)
@@ -540,7 +543,6 @@ def _write_html(runs: list[Path], out: Path, baseline: Path | None, stability_da
 
     stability = read_json(stability_data) if stability_data is not None else None
     document = build_document(runs, baseline=baseline, stability=stability)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(document), encoding="utf-8")
     queries = len(document["runs"][0]["queries"])
     click.echo(f"report written to {out} ({queries} queries)", err=True)

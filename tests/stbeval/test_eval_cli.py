@@ -102,6 +102,12 @@ def test_win_rate_and_report_commands(fake_openai, tmp_path):
     assert (rep / "sopr.png").read_bytes().startswith(PNG)
     assert [s["kind"] for s in json.loads((rep / "report.json").read_text())] == ["pass_rate", "win_rate"]
     assert (rep / "report.csv").read_text().startswith("Method,G1_tool,Average\nmine,50.0±0.0,50.0±0.0")
+    # a page or chart into a folder that is not there: refused, as export -o is, and no folder made
+    for option, name in (("--html", "r.html"), ("--chart", "c.png")):
+        nowhere = tmp_path / "nowhere" / name
+        refused = invoke(fake_openai, "report", str(pr), option, str(nowhere))
+        assert refused.exit_code == 1 and not nowhere.parent.exists()
+        assert f"cannot write {nowhere}: the directory {nowhere.parent} does not exist" in refused.stderr
 
 
 def test_solvable_command_majority_vote(fake_openai, tmp_path):
