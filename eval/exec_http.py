@@ -125,6 +125,9 @@ class Sender:
                     chunks.append(chunk)
                 return Reply(response.status_code, kept, b"".join(chunks))
         except httpx.ConnectError as exc:
+            if url.startswith("https://") and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                raise ProxyUnreachable("the proxy's certificate is not trusted for https URLs: give --ca with the "
+                                       "bundle `stbproxy env` exports as SSL_CERT_FILE (or the proxy's CA)") from None
             raise ProxyUnreachable(f"cannot reach the proxy at {proxy_for_humans(self.proxy)} "
                                    f"({self.scrub(str(exc)) or type(exc).__name__}); is stbproxy serve running "
                                    "there?") from None

@@ -214,18 +214,32 @@ def test_labels_recorded_once_then_scored_from_the_store_the_same_every_time(tmp
     assert build_document([first])["runs"][0]["sources"] == {"cache": 28, "miss": 6}  # labels and predictions
 
 
-def test_scored_live_twice_differs_while_the_store_does_not_and_the_keys_stay_secret(tmp_path):
+def test_scored_live_twice_differs_while_the_store_does_not_and_the_keys_stay_secret(tmp_path, tls_upstream,
+                                                                                       test_ca):
     store = tmp_path / "store"
     session = "exec-live"
     with OpenWeather(OW_KEY) as ow, TheCatApi(CAT_KEY) as cat:
         items_file = write_items(tmp_path, ow, cat)
         hosts = [ow.host, cat.host]
         outputs = []
-        with ProxyProcess(store, "--mode", "record") as proxy:
+        with ProxyProcess(store, "--mode", "record", "--upstream-ca", str(test_ca.ca_file)) as proxy:
+            proxy_url = f"http://{session}:@127.0.0.1:{proxy.port}"
             for n in (1, 2):
-                result = run_exec(f"http://{session}:@127.0.0.1:{proxy.port}", items_file, hosts, KEYS_ENV,
-                                  "--out", str(tmp_path / f"live-{n}"))
+                result = run_exec(proxy_url, items_file, hosts, KEYS_ENV, "--out", str(tmp_path / f"live-{n}"))
                 outputs.append(result.output)
+            # https through the proxy: trusted with --ca (the proxy's CA), refused in one line without it.
+            https_items = tmp_path / "https.json"
+            https_items.write_text(json.dumps([{
+                "id": "tls", "generation": f"curl '{tls_upstream.url('/api/thing?b=2&a=1')}'",
+                "labels": [f"curl '{tls_upstream.url('/api/thing?a=1&b=2')}'"]}]))
+            trusted = run_exec(proxy_url, https_items, ["127.0.0.1"], {"SSL_CERT_FILE": ""}, "--out",
+                               str(tmp_path / "tls"), "--ca", str(proxy.ca_file))
+            assert "| generic | 1     | 1      | 100.0   |" in trusted.output
+            untrusted = CliRunner().invoke(eval_group, ["exec", "--items", str(https_items), "--proxy", proxy_url,
+                                                        "--allow-host", "127.0.0.1", "--out", str(tmp_path / "x")],
+                                           env={"SSL_CERT_FILE": "", "REQUESTS_CA_BUNDLE": "", "CURL_CA_BUNDLE": ""})
+            assert untrusted.exit_code == 1
+            assert "the proxy's certificate is not trusted" in untrusted.output and "--ca" in untrusted.output
         proxy_log = "".join(proxy.output)
     check(tmp_path / "live-1", LIVE, LIVE_TASKS)
     first, second = scores(tmp_path / "live-1"), scores(tmp_path / "live-2")
