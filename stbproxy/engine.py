@@ -367,6 +367,8 @@ class Engine:
         if decision.failed:
             if self.config.mode is Mode.RECORD or not call.may_simulate:
                 return self._injected(call, decision)  # the client sees the fault
+            log.info("injected fault %s for %s: the real API is not asked, the simulator answers", decision.rule,
+                     self._loggable(call.request))
             return await self._simulate(call, f"injected fault {decision.rule}", fault=decision.rule)
         if call.upstream is None:
             return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
@@ -466,6 +468,7 @@ class Engine:
         return self.faults.decide(call.host, tool, api, call.key)
 
     def _injected(self, call: Call, decision: Decision) -> Answer:
+        log.info("injected fault %s for %s: the client gets the failure", decision.rule, self._loggable(call.request))
         response = self.kinds.of(call).injected(call, decision.kind, decision.rule) or decision.make_response()
         if response is None:  # down, refused, timed out: no HTTP answer to relay
             error = decision.upstream_error()

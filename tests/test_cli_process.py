@@ -319,6 +319,20 @@ def test_forget_what_an_outage_left_behind_once_the_api_is_back(tmp_path, upstre
         assert {s["source"] for s in agent(proxy.client_env(), calls[:2])} == {"upstream"}
 
 
+def test_verbose_says_why_a_faulted_call_got_its_answer(tmp_path, upstream):
+    call = [{"method": "GET", "url": upstream.url("/echo?faulted=1")}]
+    with ProxyProcess(tmp_path / "store", "--faults", "down=1", "-v") as proxy:
+        assert agent(proxy.client_env(), call)[0]["source"] == "simulated"
+    with ProxyProcess(tmp_path / "recorded", "--mode", "record", "--faults", "status=503", "-v") as recording:
+        assert agent(recording.client_env(), call)[0]["source"] == "injected"
+    url = upstream.url("/echo?faulted=1")
+    assert any(f"injected fault down=1 for GET {url}: the real API is not asked, the simulator answers" in line
+               for line in proxy.output), proxy.output
+    assert any(f"injected fault status=503 for GET {url}: the client gets the failure" in line
+               for line in recording.output), recording.output
+    assert upstream.hits["/echo"] == 0
+
+
 def test_refresh_simulated_serves_real_answers_once_the_api_is_back(tmp_path, upstream):
     store = tmp_path / "store"
     call = [{"method": "GET", "url": upstream.url("/echo?refresh=1")}]
