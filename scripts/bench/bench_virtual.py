@@ -96,8 +96,11 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
                           "--no-fast-lane", confdir=confdir), plans[args.small]),
     ]
     if args.before:
-        subjects.append((stbproxy_subject(BEFORE, copy_store(stores[args.small], workdir / "store-before"),
-                                          confdir=confdir, source=args.before), plans[args.small]))
+        # imported by the older tree itself: its keys may be made otherwise (exact keys came later)
+        before_store = workdir / "store-before"
+        hitstores.import_cache(workdir / f"cache-{args.small}", before_store, args.before)
+        subjects.append((stbproxy_subject(BEFORE, before_store, confdir=confdir, source=args.before),
+                         plans[args.small]))
     large = subjects[2][0]
     cold = Subject(f"{large_name}, cold", large.port, large.pid, large.ca)
     subjects.append((cold, plans["cold"]))

@@ -50,10 +50,27 @@ WORKERS = "stbproxy --workers 2"
 def stbproxy_subject(name: str, store: Path, *args: str, confdir: Path, source: Path | None = None) -> Subject:
     """``stbproxy serve --mode replay`` on ``store``; ``source``: run the stbproxy package of
     another source tree (an older commit, for a before/after comparison in one run)."""
-    env = {"PYTHONPATH": str(source)} if source else None
-    server = ServeProcess(store, "--mode", "replay", "--simulator", "off", *args, confdir=confdir,
-                          env=env).start(START_TIMEOUT)
+    kind = ServeProcess if source is None else _from_source(Path(source).resolve())
+    server = kind(store, "--mode", "replay", "--simulator", "off", *args, confdir=confdir).start(START_TIMEOUT)
     return Subject(name, server.port, server.process.pid, str(server.ca_file), server.stop)
+
+
+def _from_source(source: Path) -> type[ServeProcess]:
+    """ServeProcess running ``python -m stbproxy`` in ``source`` (``-m`` puts the working folder
+    first on the path, so that tree's stbproxy is the one imported; the console script would
+    import this one's entry point)."""
+
+    class FromSource(ServeProcess):
+        def launch(self) -> ServeProcess:
+            import threading
+
+            self.process = subprocess.Popen([sys.executable, "-m", "stbproxy", "serve", *self.args], cwd=source,
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                            env=self.env)
+            threading.Thread(target=self._read, daemon=True).start()
+            return self
+
+    return FromSource
 
 
 def mitmdump_subject(addon: Path, port: int, confdir: Path) -> Subject:

@@ -57,12 +57,14 @@ def http_exchanges(base: str, targets: list[str]) -> list[Exchange]:
             for t in targets]
 
 
-def fill_http_store(store: Path, workdir: Path, bases: list[str], targets: list[str]) -> None:
-    """Import a cassette of these requests under each base URL (``stbproxy import cassette``)."""
+def fill_http_store(store: Path, workdir: Path, bases: list[str], targets: list[str],
+                    source: Path | None = None) -> None:
+    """Import a cassette of these requests under each base URL (``stbproxy import cassette``;
+    ``source``: by another source tree's stbproxy, as import_cache)."""
     from stbproxy.cassettes import vcr_format as cassettes
     cassette = workdir / "http-hits.yaml"
     cassettes.write_cassette(cassette, [ex for base in bases for ex in http_exchanges(base, targets)], "yaml")
-    run_stbproxy("import", "cassette", str(cassette), "--store", str(store))
+    run_stbproxy("import", "cassette", str(cassette), "--store", str(store), source=source)
 
 
 def http_plan(kind: str, base: str, targets: list[str], expect: str = HIT) -> dict:
@@ -143,8 +145,10 @@ def write_cache(root: Path, per_api: int, apis: list = APIS) -> dict[tuple, list
     return made
 
 
-def import_cache(cache: Path, store: Path) -> str:
-    return run_stbproxy("import", "stb-cache", str(cache), "--store", str(store))
+def import_cache(cache: Path, store: Path, source: Path | None = None) -> str:
+    """``stbproxy import stb-cache``; ``source``: by the stbproxy of another source tree (an
+    older commit keys calls its own way, so its store is made by its own import)."""
+    return run_stbproxy("import", "stb-cache", str(cache), "--store", str(store), source=source)
 
 
 def virtual_plan(made: dict, count: int, seed: int, expect: str = HIT, distinct: int | None = None) -> dict:
@@ -217,9 +221,11 @@ def baseline_plan(plan: dict) -> dict:
     return {**plan, "expect": DICT_HIT}
 
 
-def run_stbproxy(*args: str) -> str:
-    done = subprocess.run([*stbproxy_command(), *args], capture_output=True, text=True, env=child_env(),
-                          timeout=600)
+def run_stbproxy(*args: str, source: Path | None = None) -> str:
+    command, cwd = stbproxy_command(), None
+    if source is not None:  # run from that tree: ``-m`` puts the working folder first on the path
+        command, cwd = [sys.executable, "-m", "stbproxy"], Path(source).resolve()
+    done = subprocess.run([*command, *args], capture_output=True, text=True, env=child_env(), cwd=cwd, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"stbproxy {' '.join(args[:2])} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done.stdout

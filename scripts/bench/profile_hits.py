@@ -46,6 +46,7 @@ from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 HITLOAD = SCRIPT.with_name("hitload.py")
+SOURCE_VARIABLE = "STB_PROFILE_SOURCE"  # the _serve role's --source
 START_TIMEOUT = 90.0
 
 
@@ -68,6 +69,11 @@ def serve_profiled(out: str, argv: list[str]) -> None:
 
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
+    source = os.environ.get(SOURCE_VARIABLE)
+    if source:  # another tree's stbproxy (and its stbcore), ahead of this one's
+        sys.path.insert(0, source)
+        for name in [name for name in sys.modules if name.split(".")[0] in ("stbproxy", "stbcore")]:
+            del sys.modules[name]
     from stbproxy.cli import main
 
     main(argv, prog_name="stbproxy")
@@ -76,8 +82,8 @@ def serve_profiled(out: str, argv: list[str]) -> None:
 class ProfiledServe(ServeProcess):
     """ServeProcess, started through the ``_serve`` role above."""
 
-    def __init__(self, store: Path, profile: Path, *args: str) -> None:
-        super().__init__(store, *args)
+    def __init__(self, store: Path, profile: Path, *args: str, env: dict | None = None) -> None:
+        super().__init__(store, *args, env=env)
         self.profile = profile
 
     def launch(self) -> ProfiledServe:
@@ -130,6 +136,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--top", type=int, default=25, help="entries printed per table [25]")
     p.add_argument("--out", type=Path, default=None, help="keep the .prof files here")
+    p.add_argument("--source", type=Path, default=None, metavar="DIR",
+                   help="profile the stbproxy of this source tree (e.g. an older commit's worktree) instead")
     p.add_argument("--cold", action="store_true",
                    help="12,000 different calls per path, so hits rarely repeat (the path of a hit never seen before)")
     args = p.parse_args(argv)
@@ -140,6 +148,7 @@ def main(argv: list[str]) -> int:
     warmup = max(400, args.requests // 10)
     workdir = Path(tempfile.mkdtemp(prefix="stb-profile-"))
     servers: list[ServeProcess] = []
+    env = {"PYTHONPATH": str(args.source.resolve()), SOURCE_VARIABLE: str(args.source.resolve())} if args.source else {}
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     try:
         plans: dict[str, Path] = {}
@@ -148,19 +157,20 @@ def main(argv: list[str]) -> int:
         targets = hitstores.http_targets(distinct)
         if {"plain", "https"} & set(paths):
             bases = {"plain": f"http://{hitstores.API_HOST}", "https": f"https://{hitstores.API_HOST}"}
-            hitstores.fill_http_store(http_store, workdir, list(bases.values()), targets)
+            hitstores.fill_http_store(http_store, workdir, list(bases.values()), targets, args.source)
             for kind in ("plain", "https"):
                 plans[kind] = workdir / f"plan-{kind}.json"
                 plans[kind].write_text(json.dumps(hitstores.http_plan(kind, bases[kind], targets)))
         if "virtual" in paths:
             made = hitstores.write_cache(workdir / "cache", distinct // len(hitstores.APIS) if args.cold else 50)
-            hitstores.import_cache(workdir / "cache", virtual_store)
+            hitstores.import_cache(workdir / "cache", virtual_store, args.source)
             plans["virtual"] = workdir / "plan-virtual.json"
             plans["virtual"].write_text(json.dumps(hitstores.virtual_plan(made, max(4096, distinct), 1)))
         for kind in paths:
             store = virtual_store if kind == "virtual" else http_store
-            # Unprofiled first: the CPU a hit costs, from the process's own times.
-            plain = ServeProcess(store, "--mode", "replay", "--simulator", "off").start(START_TIMEOUT)
+            # Unprofiled first (the profiler never switched on): the CPU a hit costs, from the
+            # process's own times.
+            plain = ProfiledServe(store, workdir / "unused.prof", "--mode", "replay", "--simulator", "off", env=env).start(START_TIMEOUT)
             servers.append(plain)
             load(plain, plans[kind], warmup, 0, args.concurrency)
             before = cpu_seconds(plain.process.pid)
@@ -170,7 +180,7 @@ def main(argv: list[str]) -> int:
             servers.remove(plain)
 
             profile = workdir / f"{kind}.prof"
-            server = ProfiledServe(store, profile, "--mode", "replay", "--simulator", "off").start(START_TIMEOUT)
+            server = ProfiledServe(store, profile, "--mode", "replay", "--simulator", "off", env=env).start(START_TIMEOUT)
             servers.append(server)
             load(server, plans[kind], warmup, 0, args.concurrency)
             server.process.send_signal(signal.SIGUSR1)
