@@ -50,6 +50,27 @@ def test_store_option_reads_the_environment(tmp_path):
     assert json.loads(result.output)["entries"] == 1
 
 
+def test_stats_after_one_recorded_call_counts_in_words_and_says_what_logged_records_are(tmp_path):
+    store = tmp_path / "tour"
+    answer = Exchange("http/127.0.0.1:8000/GET/forecast.json/1", Request("GET", "http://127.0.0.1:8000/forecast.json"),
+                      Response(200, (), b"{}"), Source.UPSTREAM, 1.0)
+    with Store(store) as db:  # what one call in record mode leaves: its entry, the session's copy, a record
+        db.put(answer)
+        db.put(Exchange("log/upstream/1", answer.request, answer.response, Source.UPSTREAM, 1.0))
+        db.append_session("tour", {"time": 1.0, "source": "upstream", "key": "log/upstream/1", "seconds": 0.1})
+    lines = invoke("stats", "--store", str(store)).output.splitlines()
+    assert lines[0].startswith(f"store {store}: 1 entry to serve, 1 logged record (copies kept for the record and "
+                               "never served; 'logged' below says what), ")
+    assert lines[-2:] == [
+        "logged (never served)                                                             count   share",
+        "upstream: record mode's copy of each answer, for its session's ordered replay         1  100.0%"]
+    with Store(store) as db:
+        db.delete("log/upstream/1")
+        db.put(Exchange("http/h/GET/p/2", Request("GET", "http://h/p"), Response(200), Source.UPSTREAM, 1.0))
+    assert invoke("stats", "--store", str(store)).output.startswith(f"store {store}: 2 entries to serve, 0 logged "
+                                                                    "records, ")
+
+
 def test_stats_errors_prints_the_taxonomy(tmp_path):
     store = tmp_path / "s"
     with Store(store) as db:

@@ -19,8 +19,13 @@ LOGGED_KINDS = {
     "unavailable": "real API unavailable, no simulator on",
     "injected": "injected faults",
     "miss": "replay misses",
-    "upstream": "record-mode answers kept for their session",
+    "upstream": "record mode's copy of each answer, for its session's ordered replay",
 }
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``: a count with its noun in the right number."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 @click.command()
@@ -59,10 +64,14 @@ def stats(store, as_json, top, errors, shared):
         return
     if fleet:
         print_shared_summary(fleet)
-    click.echo(f"store {store}: {result.entries} entries, {sum(result.logged.values())} logged records, "
-               f"{result.size_bytes / 1024**2:.1f} MiB on disk")
+    logged_total = sum(result.logged.values())
+    click.echo(f"store {store}: {_count(result.entries, 'entry', 'entries')} to serve, "
+               f"{_count(logged_total, 'logged record')}"
+               + (" (copies kept for the record and never served; 'logged' below says what)" if logged_total else "")
+               + f", {result.size_bytes / 1024**2:.1f} MiB on disk")
     if failed:
-        click.echo(f"failed writes: {failed['failed_writes']} writes were refused, so answers are missing "
+        click.echo(f"failed writes: {_count(failed['failed_writes'], 'write was', 'writes were')} refused, so "
+                   "answers are missing "
                    f"(last: {failed.get('last_error', '?')})")
     if result.damaged:
         click.echo(f"damaged records: {result.damaged}")
@@ -80,11 +89,11 @@ def stats(store, as_json, top, errors, shared):
     simulated = result.by_source.get("simulated", 0)
     failed = result.logged.get("simulated-error", 0)
     if simulated or failed:
-        click.echo(f"\nsimulator: {simulated} answers stored, {failed} failed (not stored), "
+        click.echo(f"\nsimulator: {_count(simulated, 'answer')} stored, {failed} failed (not stored), "
                    f"{result.sums['prompt_tokens']} prompt + {result.sums['completion_tokens']} completion tokens")
     faulted = sum(result.meta["fault"].values())
     if faulted:
-        click.echo(f"injected faults: {faulted} records made for --faults rules "
+        click.echo(f"injected faults: {_count(faulted, 'record')} made for --faults rules "
                    "('stbproxy forget --faulted' removes the simulated ones)")
 
 
