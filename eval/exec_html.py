@@ -63,11 +63,12 @@ def _item(item: dict) -> str:
     labels = [label for label in item.get("labels") or [] if isinstance(label, dict)]
     best = item.get("best_label")
     chosen = labels[best - 1] if isinstance(best, int) and 0 < best <= len(labels) else None
-    parts = [f'<details class="exec-item" data-status="{esc(status)}"><summary>'
-             f'<span class="exec-id">{esc(item.get("id"))}</span><span class="muted">{esc(item.get("task"))}</span>'
-             f'<span class="exec-status {esc(status)}">{esc(status.replace("_", " "))}</span>'
-             f'<span class="num">F1 {esc(_number(f1))}</span>'
-             f'<span class="exec-reason">{esc(item.get("reason"))}</span></summary>']
+    summary = (f'<details class="exec-item" data-status="{esc(status)}"><summary>'
+               f'<span class="exec-id">{esc(item.get("id"))}</span><span class="muted">{esc(item.get("task"))}</span>'
+               f'<span class="exec-status {esc(status)}">{esc(status.replace("_", " "))}</span>'
+               f'<span class="num">F1 {esc(_number(f1))}</span>'
+               f'<span class="exec-reason">{esc(item.get("reason"))}</span></summary>')
+    parts = [summary]
     if item.get("query"):
         parts.append(f"<p>{esc(item.get('query'))}</p>")
     parts.append("<h4>Command</h4>" + _command(prediction))

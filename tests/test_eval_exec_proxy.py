@@ -66,8 +66,8 @@ def items(ow: str, cat: str) -> list[dict]:
              [f"curl '{cat}/v1/images/search?limit=3&breed_ids=beng'"], task="thecatapi"),
         item("cat-vote-bad", f"""curl -X POST {cat}/v1/votes -H 'Content-Type: application/json' """
                              """-d '{"image_id": "img-a", "value": "up"}'""",
-             [f"""curl -X POST {cat}/v1/votes -H 'Content-Type: application/json' """
-              """-d '{"image_id": "img-a", "value": 1}'"""], task="thecatapi"),
+             [(f"""curl -X POST {cat}/v1/votes -H 'Content-Type: application/json' """
+               """-d '{"image_id": "img-a", "value": 1}'""")], task="thecatapi"),
         item("gen-encoded", f'curl "{cat}/v1/images/search?limit=2&breed_ids=be%6Eg"',
              [f"curl '{cat}/v1/images/search?breed_ids=beng&limit=2'"], task="generic"),
     ]
@@ -170,7 +170,7 @@ def test_labels_recorded_once_then_scored_from_the_store_the_same_every_time(tmp
             recorded = run_exec(f"http://labels:@127.0.0.1:{proxy.port}", items_file, hosts, KEYS_ENV,
                                 "--labels-only")
         labels = sum(len(i["labels"]) for i in items(ow.base_url, cat.base_url))
-        assert f"| openweather | 15     | 15       |" in recorded.output  # every label answered
+        assert "| openweather | 15     | 15       |" in recorded.output  # every label answered
         assert "| thecatapi   | 4      | 4        |" in recorded.output
         # The keys reached the stand-ins; OpenWeather's defaults were added except where they must not be.
         assert all(query.get("appid") == OW_KEY for _, _, query, _ in ow.seen)

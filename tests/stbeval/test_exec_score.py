@@ -112,7 +112,7 @@ def test_what_a_reply_counts_as(why, line, reply, status, reason):
 
 
 def test_an_item_scores_against_its_best_answered_label():
-    label = lambda items, status=ANSWERED: Executed("curl x", status, items=items)  # noqa: E731
+    label = lambda items, status=ANSWERED: Executed("curl x", status, items=items)
     item = Item("1", "generic", "q", "curl x", ("curl a", "curl b"))
     result = ItemResult(item, [label(None, MISS), label({"a": 1, "b": 2, "c": 3})],
                         Executed("curl x", ANSWERED, items={"a": 1, "b": 2, "c": 0}))
