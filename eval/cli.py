@@ -544,8 +544,9 @@ def _write_html(runs: list[Path], out: Path, baseline: Path | None, stability_da
     stability = read_json(stability_data) if stability_data is not None else None
     document = build_document(runs, baseline=baseline, stability=stability)
     out.write_text(render(document), encoding="utf-8")
-    queries = len(document["runs"][0]["queries"])
-    click.echo(f"report written to {out} ({queries} queries)", err=True)
+    first = document["runs"][0]
+    listed = f"{len(first['exec']['items'])} items" if "exec" in first else f"{len(first['queries'])} queries"
+    click.echo(f"report written to {out} ({listed})", err=True)
 
 
 @eval_group.command("convert")

@@ -204,7 +204,7 @@ def test_labels_recorded_once_then_scored_from_the_store_the_same_every_time(tmp
     page = tmp_path / "report.html"
     report = CliRunner().invoke(eval_group, ["report", str(first), "--html", str(page)], catch_exceptions=False)
     assert report.exit_code == 0, report.output
-    assert "Execution scores of items (%)" in report.output
+    assert "Execution scores of items (%)" in report.output and "(19 items)" in report.output
     html = page.read_text()
     assert 'id="exec-items"' in html and "ow-two-labels" in html and "replay miss" in html
     assert "curl -o weather.json" in html and '<div hidden><section class="queries"' in html
