@@ -63,6 +63,7 @@ from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import LIVE, Call, Kinds
 from stbproxy.sessions import SessionRecord
 from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
+from stbproxy.store.contract import EngineStore
 from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
@@ -129,7 +130,7 @@ class Answer:
 class Engine:
     def __init__(
         self,
-        store,
+        store: EngineStore,
         upstream: UpstreamClient,
         config: EngineConfig = EngineConfig(),
         *,
@@ -321,7 +322,7 @@ class Engine:
         answer = Answer(marked(stored.response, Source.CACHE, stored.source, stored.meta), Source.CACHE, key,
                         stored.meta, key, stored.source)
         # A store may ask to see every read (a cassette counts which answers were played).
-        if len(stored.response.body) <= HIT_CACHE_MAX_BODY and getattr(self.store, "reads_cacheable", True):
+        if len(stored.response.body) <= HIT_CACHE_MAX_BODY and self.store.reads_cacheable:
             self._hits[key] = answer
             if len(self._hits) > HIT_CACHE_ENTRIES:
                 self._hits.popitem(last=False)
@@ -478,7 +479,7 @@ class Engine:
 
     def _replay_miss(self, call: Call) -> Answer:
         # A store may know better (a cassette whose recorded answers were all played).
-        note = self.store.miss_note(call.key) if hasattr(self.store, "miss_note") else None
+        note = self.store.miss_note(call.key)
         explanation = explain_miss(call, self.store, self.config.rules, note)
         if len(self.misses) < MAX_MISSES_KEPT:
             self.misses.append(explanation)

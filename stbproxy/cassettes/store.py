@@ -21,7 +21,7 @@ from stbproxy.cassettes.vcr_format import Interaction
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
-from stbproxy.store.embedded import OneTier
+from stbproxy.store.contract import OneTier
 
 
 @dataclass
@@ -110,6 +110,9 @@ class CassetteStore(OneTier):
 
     def append_session(self, name: str, record: dict) -> int:
         return 0
+
+    def session_records(self, name: str) -> Iterator[dict]:
+        return iter(())  # a cassette played keeps no session log: nothing to fork from or replay in order
 
     # shutdown -------------------------------------------------------------------------------
     def close(self, misses: list[dict] = ()) -> None:

@@ -32,6 +32,7 @@ from stbproxy.models import Exchange
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import expand_record
 from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
+from stbproxy.store.contract import OneTier
 
 # plain HTTP, catalog-routed APIs, MCP servers, operations of OpenAPI specs
 ENTRY_PREFIXES = ("http/", "api/", "mcp/", "openapi/")
@@ -112,18 +113,6 @@ class StoreStats:
             **{name: dict(counter.most_common()) for name, counter in self.meta.items()},
             **dict(self.sums),
         }
-
-
-class OneTier:
-    """The engine's hooks for a store with nothing behind it (a shared tier answers them in
-    tiered.py): nothing more to fetch after a local miss, and a miss is this process's
-    own to answer."""
-
-    async def fetch(self, key: str) -> Exchange | None:
-        return None
-
-    async def single_flight(self, key: str, work):
-        return await work()
 
 
 class Store(OneTier):

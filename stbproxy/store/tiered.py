@@ -26,6 +26,7 @@ from stbproxy.store.shared_tier import NO_LEASE, SharedTier
 from stbproxy.sessions import expand_record
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.record_format import decode_exchange, encode_exchange
+from stbproxy.store.contract import OneTier
 
 log = logging.getLogger("stbproxy")
 
@@ -34,10 +35,9 @@ POLL_FIRST, POLL_MAX = 0.005, 0.05  # seconds between looks while another proxy 
 REPORTED_DAMAGE = 20  # damaged shared values logged one by one; the rest only counted
 
 
-class TieredStore:
-    """The local store plus a shared tier, for one proxy's engine."""
-
-    reads_cacheable = True
+class TieredStore(OneTier):
+    """The local store plus a shared tier, for one proxy's engine (fetch and single_flight
+    reach the tier; the rest of EngineStore is OneTier's)."""
 
     def __init__(self, local: Store, shared: SharedTier, *, wait_limit: float = 30.0) -> None:
         self.local = local

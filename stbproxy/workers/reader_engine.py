@@ -19,7 +19,8 @@ from stbproxy.engine import Answer, Engine, made
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
 from stbproxy.traffic.seam import Call
-from stbproxy.store.embedded import OneTier, Store
+from stbproxy.store.contract import OneTier
+from stbproxy.store.embedded import Store
 from stbproxy.workers.link import LinkClient
 
 log = logging.getLogger("stbproxy")
@@ -32,8 +33,6 @@ class ReaderStore(OneTier):
     """The store as a reader sees it: reads from a RocksDB secondary, session records to the
     primary, no other writes (the reader engine forwards every call that writes)."""
 
-    reads_cacheable = True
-
     def __init__(self, store: Store, link: LinkClient) -> None:
         self.store = store
         self.link = link
@@ -42,6 +41,12 @@ class ReaderStore(OneTier):
 
     def get(self, key: str):
         return self.store.get(key)
+
+    def scan(self, prefix: str):
+        return self.store.scan(prefix)
+
+    def session_records(self, name: str):
+        return self.store.session_records(name)
 
     def append_session(self, name: str, record: dict) -> int:
         self.link.session_record(name, record)
