@@ -39,6 +39,7 @@ box-shadow:0 1px 2px rgba(16,24,40,.04)}
 .card-value .std{font-size:14px;font-weight:500;margin-left:8px;color:var(--muted)}
 .card-base{font-size:13px;margin-top:2px;font-variant-numeric:tabular-nums}
 .card-detail{font-size:12px;color:var(--muted);margin-top:6px}
+.cell-detail{font-size:12px;color:var(--muted);white-space:nowrap}
 .delta{font-weight:600;margin-left:4px;padding:0 5px;border-radius:6px;white-space:nowrap}
 .delta.up{color:#14532d;background:#dcfce7}.delta.down{color:#7f1d1d;background:#fee2e2}.delta.same{color:#374151;background:#f3f4f6}
 .panels{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:12px}
@@ -396,11 +397,14 @@ SCRIPT = r"""
     li.appendChild(head);
     var text = str(step.text);
     if (text) li.appendChild(longBlock(text, TEXT_LIMIT, "text"));
-    if (tool) {
+    // Finish: the answer it gives, as text (its arguments are that answer; it gets no answer back)
+    var finish = tool && isObj(step.finish) ? step.finish : null;
+    if (finish) li.appendChild(finishNode(finish));
+    else if (tool) {
       var args = str(tool.arguments);
       if (args) li.appendChild(labelled("arguments", longBlock(prettyJSON(args) || args, TEXT_LIMIT, "code")));
     }
-    if (step.answer !== null && step.answer !== undefined) {
+    if (step.answer !== null && step.answer !== undefined && !(finish && !str(step.answer))) {
       var answer = str(step.answer);
       li.appendChild(labelled("answer", answer ? longBlock(prettyJSON(answer) || answer, ANSWER_LIMIT, "code")
         : el("span", "muted", "(empty)")));
@@ -410,6 +414,17 @@ SCRIPT = r"""
       li.appendChild(key);
     }
     return li;
+  }
+
+  var GIVE_UP = "give_up_and_restart";
+  function finishNode(finish) {
+    var gaveUp = str(finish.return_type) === GIVE_UP;
+    var answer = str(finish.text);
+    var node = answer ? longBlock(answer, TEXT_LIMIT, "text")
+      : el("span", "muted", gaveUp ? "(no answer: the agent gave up and restarted)" : "(no answer text)");
+    var wrap = labelled(gaveUp ? "gave up (" + GIVE_UP + ")" : "final answer", node);
+    wrap.dataset.testid = "finish";
+    return wrap;
   }
 
   function trajectory(it) {
@@ -437,8 +452,12 @@ SCRIPT = r"""
     if (!it.trajectory.length) box.appendChild(el("p", "muted", "No trajectory recorded."));
     box.appendChild(list);
     var final = el("div", "final");
-    final.appendChild(el("div", "block-label", "final answer"));
-    var answer = str(it.q.final_answer);
+    final.dataset.testid = "final-answer";
+    var given = isObj(it.q.final) ? it.q.final : null;  // the Finish call's arguments, read
+    var gaveUp = given !== null && str(given.return_type) === GIVE_UP;
+    final.appendChild(el("div", "block-label", gaveUp ? "final answer: the agent gave up (" + GIVE_UP + ")"
+      : "final answer"));
+    var answer = given ? str(given.text) : str(it.q.final_answer);
     final.appendChild(answer ? longBlock(answer, TEXT_LIMIT, "text") : el("span", "muted", "(none)"));
     var reasons = arr(it.q.reasons);
     var rounds = Math.max(reasons.length, it.status.length);

@@ -441,7 +441,10 @@ def _other_runs(runs: list[dict]) -> str:
         cells = "".join(
             f'<td class="num">{esc(_fmt(values.get(label, {}).get("value")))}'
             + (f' <span class="muted">± {esc(_fmt(values[label].get("std")))}</span>'
-               if _number(values.get(label, {}).get("std")) is not None else "") + "</td>"
+               if _number(values.get(label, {}).get("std")) is not None else "")
+            # what the figure is made of (SoWR: its wins, ties and losses), as on the run's own card
+            + (f'<div class="cell-detail">{esc(values[label]["detail"])}</div>'
+               if values.get(label, {}).get("detail") else "") + "</td>"
             for label in labels)
         body.append(f'<tr><th scope="row">{esc(run.get("name") or "–")}</th><td>{esc(run.get("kind") or "")}</td>'
                     f"{cells}</tr>")

@@ -15,6 +15,7 @@ from stbcore.volatile import same_answer
 
 from .errors import InputError
 from .exec_report import report_run as _exec_run
+from .model import FINISH, parse_finish
 from .report import load_summary
 from .report_queries import QUERIES_FILE
 
@@ -50,6 +51,7 @@ def read_run(folder: Path) -> dict[str, Any]:
     totals: Counter[str] = Counter()
     for query in run["queries"]:
         totals.update(query.get("sources") or {})
+        _read_finish(query)
     run["sources"] = dict(totals) or run["sources"]  # an exec run counts its commands' sources itself
     return run
 
@@ -102,12 +104,33 @@ def _trial_queries(folder: Path, trials: int) -> list[dict[str, Any]]:
     return queries
 
 
+def _read_finish(query: dict[str, Any]) -> None:
+    """The final answer as its text (``final``: the return type and the text), where it is the
+    Finish call's arguments as ToolBench keeps it; each Finish step likewise (``finish``)."""
+    if isinstance(query.get("final_answer"), str):
+        query["final"] = _finish_view(query["final_answer"])
+    for step in query.get("trajectory") or []:
+        tool = step.get("tool") if isinstance(step, dict) else None
+        if isinstance(tool, dict) and tool.get("name") == FINISH and isinstance(tool.get("arguments"), str):
+            step["finish"] = _finish_view(tool["arguments"])
+
+
+def _finish_view(text: str) -> dict[str, Any]:
+    return_type, answer = parse_finish(text)
+    return {"return_type": return_type, "text": answer}
+
+
+def _counted(n: Any, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _win_rate_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:
     run["name"] = f"{summary.get('candidate', '?')} vs {summary.get('reference', '?')}"
     average = summary.get("average") or {}
     run["metrics"].append(_metric("SoWR", average.get("win_rate"), None,
-                                  f"{average.get('wins', 0)} wins, {average.get('ties', 0)} ties, "
-                                  f"{average.get('losses', 0)} losses"))
+                                  f"{_counted(average.get('wins', 0), 'win', 'wins')}, "
+                                  f"{_counted(average.get('ties', 0), 'tie', 'ties')}, "
+                                  f"{_counted(average.get('losses', 0), 'loss', 'losses')}"))
     run["groups"] = [{"name": g["group"], "metrics": {"SoWR": [g.get("win_rate"), None]}}
                      for g in summary.get("groups", [])]
 

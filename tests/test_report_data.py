@@ -73,6 +73,17 @@ def test_each_query_keeps_its_trajectory_with_the_source_and_key_of_every_answer
     assert paris["final_answer"] and "21.0 C in Paris" in paris["final_answer"]
 
 
+def test_the_final_answer_and_the_finish_step_are_read_as_text(runs):
+    before, _after, _tmp = runs
+    paris = next(q for q in build_document([before])["runs"][0]["queries"] if q["id"] == "1")
+    given = json.loads(paris["final_answer"])  # as ToolBench keeps it: the Finish call's arguments
+    assert paris["final"] == {"return_type": "give_answer", "text": given["final_answer"]}
+    assert "21.0 C in Paris" in paris["final"]["text"] and "{" not in paris["final"]["text"]
+    (finish,) = [s for s in paris["trajectory"] if (s.get("tool") or {}).get("name") == "Finish"]
+    assert finish["finish"] == paris["final"] and finish["answer"] == ""
+    assert all("finish" not in s for s in paris["trajectory"] if s is not finish)
+
+
 def test_the_document_has_the_summary_and_what_changed_against_a_baseline(runs):
     before, after, _tmp = runs
     document = build_document([after], baseline=before)
@@ -145,6 +156,13 @@ def test_eval_report_writes_a_page_that_opens_offline_in_a_browser(runs):
             weather = next(s for s in paris["trajectory"] if s["role"] == "tool")
             assert "get_weather" in text and "upstream" in text and weather["key"] in text
             assert "30.0" in text and "scripted <b>reason</b>" in text  # the judge's reason, as text
+            # the Finish step and the final answer show the answer as text: no "(empty)", no JSON
+            answer = paris["final"]["text"]
+            finish = trajectory.get_by_test_id("finish")
+            assert finish.count() == 1 and answer in finish.inner_text()
+            final = trajectory.get_by_test_id("final-answer").inner_text()
+            assert answer in final and "return_type" not in final and "return_type" not in finish.inner_text()
+            assert "(empty)" not in text
         finally:
             browser.close()
     assert errors == [] and requests_seen == []

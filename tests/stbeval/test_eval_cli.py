@@ -102,6 +102,10 @@ def test_win_rate_and_report_commands(fake_openai, tmp_path):
     assert (rep / "sopr.png").read_bytes().startswith(PNG)
     assert [s["kind"] for s in json.loads((rep / "report.json").read_text())] == ["pass_rate", "win_rate"]
     assert (rep / "report.csv").read_text().startswith("Method,G1_tool,Average\nmine,50.0±0.0,50.0±0.0")
+    # the page shows what SoWR is made of beside it: wins, ties and losses
+    page = tmp_path / "report.html"
+    assert invoke(fake_openai, "report", str(pr), str(out), "--html", str(page)).exit_code == 0
+    assert '<td class="num">50.0<div class="cell-detail">1 win, 0 ties, 1 loss</div></td>' in page.read_text()
     # a page or chart into a folder that is not there: refused, as export -o is, and no folder made
     for option, name in (("--html", "r.html"), ("--chart", "c.png")):
         nowhere = tmp_path / "nowhere" / name

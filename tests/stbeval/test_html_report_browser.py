@@ -6,6 +6,7 @@ markup from answers as text, highlights what changed since a baseline, and draws
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,6 +226,31 @@ def test_baseline_highlights_exactly_the_changed_rows(open_report):
     marked = page.get_by_test_id("step").evaluate_all(
         "steps => steps.map((s, i) => s.classList.contains('changed') ? i : -1).filter(i => i >= 0)")
     assert marked == query["baseline"]["changed_steps"]
+    report.assert_clean()
+
+
+def test_a_finish_step_shows_the_answer_it_gives_as_text(open_report):
+    document = make_document(4, steps=2)
+    queries = document["runs"][0]["queries"]
+    for query, return_type, text in ((queries[0], "give_answer", "Lisbon will be sunny, 23 C."),
+                                     (queries[1], "give_up_and_restart", "")):
+        arguments = json.dumps({"return_type": return_type, "final_answer": text})
+        query["trajectory"].append({"role": "tool", "text": "", "tool": {"name": "Finish", "arguments": arguments},
+                                    "answer": "", "source": None, "key": None,
+                                    "finish": {"return_type": return_type, "text": text}})
+        query["final_answer"], query["final"] = arguments, {"return_type": return_type, "text": text}
+    report = open_report(document)
+    report.row(queries[0]["id"]).click()
+    trajectory = report.page.get_by_test_id("trajectory")
+    finish = trajectory.get_by_test_id("finish")
+    assert finish.inner_text().lower() == "final answer\nlisbon will be sunny, 23 c."
+    assert "(empty)" not in trajectory.inner_text() and "return_type" not in trajectory.inner_text()
+    assert trajectory.get_by_test_id("final-answer").inner_text().lower().startswith(
+        "final answer\nlisbon will be sunny, 23 c.")
+    report.row(queries[1]["id"]).click()
+    trajectory = report.page.get_by_test_id("trajectory")
+    assert "the agent gave up and restarted" in trajectory.get_by_test_id("finish").inner_text()
+    assert "gave up (give_up_and_restart)" in trajectory.get_by_test_id("final-answer").inner_text().lower()
     report.assert_clean()
 
 
