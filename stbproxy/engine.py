@@ -46,7 +46,7 @@ from stbproxy import keys
 
 from stbproxy.stb import validity
 from stbproxy.stb.bodies import error_object_response
-from stbproxy.errors import StbError, StoreError, UpstreamError
+from stbproxy.errors import StbError, StoreError, UpstreamError, UpstreamFailure
 from stbproxy.forensics import drift
 from stbproxy.forensics.naming import Fork, SessionRef, session_ref, shared_key, trial_key, view_key
 from stbproxy.forensics.playback import Played, Recordings, SessionPlayback
@@ -78,15 +78,15 @@ MAX_MISSES_KEPT = 10_000
 WARNED_HOSTS = 1024
 REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated answer
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
-CONFIGURATION_FAILURES = frozenset({"tls"})
+CONFIGURATION_FAILURES = frozenset({UpstreamFailure.TLS})
 # Real answers the proxy refuses whole (over --max-upstream-body, a coding it does not decode:
 # upstream.py): errors in every mode too, never simulated, since the API did answer.
-REFUSED_ANSWERS = frozenset({"too-large", "undecodable"})
+REFUSED_ANSWERS = frozenset({UpstreamFailure.TOO_LARGE, UpstreamFailure.UNDECODABLE})
 # Failures of the proxy's own (an MCP session it could not open at the server): answered as
 # errors, never simulated, so nothing made up for them is ever kept.
-PROXY_SIDE_FAILURES = frozenset({"session"})
+PROXY_SIDE_FAILURES = frozenset({UpstreamFailure.SESSION})
 # An upstream that declines a message it need not see yet (a stdio MCP server not started).
-DEFERRED = "deferred"
+DEFERRED = UpstreamFailure.DEFERRED
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -106,6 +106,7 @@ class EngineConfig:
     rules: KeyRules = DEFAULT_RULES
     max_body_bytes: int = DEFAULT_MAX_BODY
     validity: str = validity.AUTO  # which answers count as real: auto, stb or strict (stb/validity.py)
+    keep_status: frozenset[int] = frozenset()  # 4xx statuses whose real answers count as real all the same
     refresh_simulated: bool = False  # virtual mode: try the real API again for stored simulated answers
     refresh_interval: float = REFRESH_INTERVAL
     ordered: bool = False  # a session's n-th identical request gets the n-th answer its namesake recorded
@@ -378,7 +379,7 @@ class Engine:
         except UpstreamError as exc:
             return await self._unavailable(call, exc)
 
-        judged = self.kinds.of(call).judge(call, response, self.config.validity)
+        judged = self._judge(self.kinds.of(call), call, response)
         response, verdict, meta = judged.response, judged.verdict, dict(judged.meta)
         if self.config.mode is Mode.VIRTUAL and not verdict.valid:
             reason = self._scrub(call, verdict.reason)
@@ -453,7 +454,7 @@ class Engine:
         except UpstreamError as exc:
             log.info("still no real answer for %s: %s", self._loggable(call.request), self._scrub(call, str(exc)))
             return simulated
-        judged = self.kinds.of(call).judge(call, response, self.config.validity)
+        judged = self._judge(self.kinds.of(call), call, response)
         response, verdict, meta = judged.response, judged.verdict, dict(judged.meta)
         if not verdict.valid or not judged.keep:
             log.info("still an invalid real answer for %s: %s", self._loggable(call.request),
@@ -461,6 +462,15 @@ class Engine:
             return simulated
         self._refreshed.pop(call.key, None)
         return self._keep(call, response, Source.UPSTREAM, call.key, seconds, {**meta, "replaced": "simulated"})
+
+    def _judge(self, kind, call: Call, response: Response):
+        """The kind's verdict on a real answer, save that a status the user listed
+        (``--keep-status``) makes it real all the same: stored with origin upstream, served."""
+        judged = kind.judge(call, response, self.config.validity)
+        if judged.verdict.valid or response.status not in self.config.keep_status:
+            return judged
+        return judged._replace(verdict=validity.Verdict(
+            True, f"HTTP {response.status} is kept as real (--keep-status)", judged.verdict.failure))
 
     def _decide(self, call: Call) -> Decision:
         if not self.faults or not call.faultable:
@@ -473,7 +483,7 @@ class Engine:
         response = self.kinds.of(call).injected(call, decision.kind, decision.rule) or decision.make_response()
         if response is None:  # down, refused, timed out: no HTTP answer to relay
             error = decision.upstream_error()
-            status = 504 if error is not None and error.kind == "timeout" else 502
+            status = 504 if error is not None and error.kind is UpstreamFailure.TIMEOUT else 502
             response = error_object_response(str(error), status=status).with_header("X-Stb-Fault", decision.rule)
         return self._answer(response, Source.INJECTED, call.key, {"fault": decision.rule})
 
@@ -505,7 +515,7 @@ class Engine:
                                            f"fixed: {reason}")
             return replace(self._cached(call.key, stored), note={"drift": {
                 "verdict": "unreachable", "api": drift_api(call), "error_kind": exc.kind, "reason": reason}})
-        judged = kind.judge(call, response, self.config.validity)
+        judged = self._judge(kind, call, response)
         updatable = self.config.update and judged.verdict.valid and judged.keep
         if stored is None:
             answer = (self._keep(call, judged.response, Source.UPSTREAM, call.key, seconds, judged.meta) if updatable

@@ -4,6 +4,8 @@ Foreign errors (rocksdict, openai, httpx, mitmproxy) are translated into these o
 at the module that imports the foreign library, so callers only ever catch StbError.
 """
 
+from enum import StrEnum
+
 
 class StbError(Exception):
     """Root of every error stbproxy raises on purpose."""
@@ -26,14 +28,30 @@ class StoreLockedError(StoreError):
     """Another process holds the store's write lock."""
 
 
+class UpstreamFailure(StrEnum):
+    """Why a real API gave no answer (UpstreamError.failure): a closed set, each with its rule
+    in the engine. The values are what session records and logs show (``error_kind``)."""
+
+    UNREACHABLE = "unreachable"  # no connection, or the server went away: the API is down
+    TIMEOUT = "timeout"  # no answer within --upstream-timeout
+    PROTOCOL = "protocol"  # it answered garbage or reset the connection
+    INVALID_REQUEST = "invalid-request"  # the request cannot be sent as it is
+    TLS = "tls"  # a TLS handshake failure: a configuration to fix (a CA to trust), never an outage
+    TOO_LARGE = "too-large"  # an answer over --max-upstream-body: refused whole, never simulated or stored
+    UNDECODABLE = "undecodable"  # an answer in a content coding the proxy does not decode: the same
+    SESSION = "session"  # the proxy's own MCP session to the server failed: never simulated
+    NO_SESSION = "no-session"  # the session the store opened has not reached the server yet
+    DEFERRED = "deferred"  # an upstream that declines a message it need not see yet (a stdio server not started)
+
+
 class UpstreamError(StbError):
     """The real API could not be reached or did not answer in time."""
 
-    def __init__(self, message: str, *, kind: str = "unreachable") -> None:
+    def __init__(self, message: str, *, kind: UpstreamFailure | str = UpstreamFailure.UNREACHABLE) -> None:
         super().__init__(message)
-        #: "unreachable", "timeout", "protocol", "invalid-request", or "tls": a TLS handshake
-        #: failure, which is a configuration to fix (a CA to trust), never an API that is down.
-        self.kind = kind
+        #: Why (UpstreamFailure; a string that is none of them is refused at once: a typo here
+        #: would silently take an outage's rules).
+        self.kind = UpstreamFailure(kind)
 
 
 class SimulationError(StbError):

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import certifi  # httpx's own source of public CAs
 import httpx
 
-from stbproxy.errors import ConfigError, UpstreamError
+from stbproxy.errors import ConfigError, UpstreamError, UpstreamFailure
 from stbproxy.models import Headers, Request, Response, StreamedResponse
 
 try:  # installed with mitmproxy, as httpx finds them
@@ -54,8 +54,8 @@ except ImportError:  # pragma: no cover
     zstandard = None
 
 DEFAULT_MAX_UPSTREAM_BODY = 64 << 20  # twice the largest request body taken (32 MiB); see the docstring
-TOO_LARGE = "too-large"  # UpstreamError kinds of answers refused whole: never simulated or stored
-UNDECODABLE = "undecodable"
+TOO_LARGE = UpstreamFailure.TOO_LARGE  # UpstreamError kinds of answers refused whole: never simulated or stored
+UNDECODABLE = UpstreamFailure.UNDECODABLE
 MAX_CODINGS = 5  # a longer stack of codings is refused (as urllib3 does)
 PIECE = 64 * 1024  # the most one step of gzip or deflate inflates
 
@@ -196,16 +196,19 @@ class Upstream:
         try:
             yield
         except httpx.TimeoutException as exc:
-            raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}", kind="timeout") from exc
+            raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}",
+                                kind=UpstreamFailure.TIMEOUT) from exc
         except (httpx.ConnectError, httpx.ProxyError) as exc:
             tls = _tls_failure(exc)
             if tls is not None:
-                raise UpstreamError(self._tls_text(request, tls), kind="tls") from exc
-            raise UpstreamError(f"upstream unreachable: {request.url}: {exc}", kind="unreachable") from exc
+                raise UpstreamError(self._tls_text(request, tls), kind=UpstreamFailure.TLS) from exc
+            raise UpstreamError(f"upstream unreachable: {request.url}: {exc}",
+                                kind=UpstreamFailure.UNREACHABLE) from exc
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise UpstreamError(f"cannot call {request.url}: {exc}", kind="invalid-request") from exc
+            raise UpstreamError(f"cannot call {request.url}: {exc}", kind=UpstreamFailure.INVALID_REQUEST) from exc
         except (httpx.HTTPError, ValueError) as exc:  # resets, garbage, broken encodings
-            raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}", kind="protocol") from exc
+            raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}",
+                                kind=UpstreamFailure.PROTOCOL) from exc
 
     def _tls_text(self, request: Request, failure: ssl.SSLError) -> str:
         """What went wrong in the TLS handshake with the real API, and the setting that fixes it."""
@@ -249,7 +252,7 @@ class _EventStream:
                 yield piece
         except (httpx.HTTPError, ValueError) as exc:
             raise UpstreamError(f"the event stream from {self._host} broke off ({type(exc).__name__})",
-                                kind="protocol") from exc
+                                kind=UpstreamFailure.PROTOCOL) from exc
 
     async def aclose(self) -> None:
         await self._reply.aclose()

@@ -25,7 +25,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from stbproxy.errors import UpstreamError
+from stbproxy.errors import UpstreamError, UpstreamFailure
 from stbproxy.mcp.protocol import DEFAULT_SESSION_VERSION, SESSION_HEADER, VERSION_HEADER
 from stbproxy.models import Request, Response
 from stbproxy.recent import Recent
@@ -90,7 +90,7 @@ class SessionMap:
             response, seconds = await send(_with_session(request, real))
             if unknown_session(response):
                 raise UpstreamError(f"the MCP server at {request.url} does not know the session the proxy opened "
-                                    f"for this client (HTTP {response.status})", kind="session")
+                                    f"for this client (HTTP {response.status})", kind=UpstreamFailure.SESSION)
         return response, seconds
 
     async def send_in_open_session(self, request: Request, send: Send) -> tuple[Response, float]:
@@ -102,7 +102,7 @@ class SessionMap:
         real = self.real_id(minted)
         if real is None:
             raise UpstreamError(f"the session the store opened has no session at {request.url} yet",
-                                kind="no-session")
+                                kind=UpstreamFailure.NO_SESSION)
         return await send(_with_session(request, real))
 
     async def _open(self, minted: str, request: Request, send: Send) -> str:
@@ -117,7 +117,7 @@ class SessionMap:
         real = answer.header(SESSION_HEADER)
         if answer.status != 200 or not real:
             raise UpstreamError(f"the MCP server at {request.url} opened no session for this client, which the "
-                                f"proxy asked it to (HTTP {answer.status})", kind="session")
+                                f"proxy asked it to (HTTP {answer.status})", kind=UpstreamFailure.SESSION)
         notified = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
         await send(Request("POST", request.url, headers + ((SESSION_HEADER, real), (VERSION_HEADER, version)),
                            notified))

@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from stbproxy import json_schema, keys
-from stbproxy.errors import UpstreamError
+from stbproxy.errors import UpstreamError, UpstreamFailure
 from stbproxy.keys import KeyRules
 from stbproxy.mcp import jsonrpc, protocol, sse
 from stbproxy.mcp.jsonrpc import Message
@@ -62,7 +62,7 @@ NAME = "mcp"
 SESSION = protocol.SESSION_HEADER.lower()
 # Error codes of the proxy's own answers (the range MCP leaves to implementations).
 REPLAY_MISS, NO_ANSWER, NOT_SIMULATED = -32010, -32011, -32012
-DEFERRED = "deferred"  # UpstreamError.kind of a message the proxy answers itself (engine.DEFERRED)
+DEFERRED = UpstreamFailure.DEFERRED  # UpstreamError.kind of a message the proxy answers itself (engine.DEFERRED)
 # JSON-RPC errors that say the request was wrong: the server's real answer to it.
 REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
                             jsonrpc.INVALID_PARAMS, -32002, -32020, -32021, -32022})

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from stbproxy.errors import ConfigError, UpstreamError
+from stbproxy.errors import ConfigError, UpstreamError, UpstreamFailure
 from stbproxy.models import Response, Source
 
 ALLOWED_STATUSES = (401, 403, 404, 429, 500, 503)
@@ -228,9 +228,9 @@ def _unit(*parts: object) -> float:
 
 
 _NO_ANSWER_ERRORS = {
-    FaultKind.DOWN: ("unreachable", "tool is down (injected fault)"),
-    FaultKind.REFUSE: ("unreachable", "connection refused (injected fault)"),
-    FaultKind.TIMEOUT: ("timeout", "upstream timed out (injected fault)"),
+    FaultKind.DOWN: (UpstreamFailure.UNREACHABLE, "tool is down (injected fault)"),
+    FaultKind.REFUSE: (UpstreamFailure.UNREACHABLE, "connection refused (injected fault)"),
+    FaultKind.TIMEOUT: (UpstreamFailure.TIMEOUT, "upstream timed out (injected fault)"),
 }
 
 # Each message carries a word the StableToolBench validity rules count as a failure,
