@@ -10,7 +10,8 @@ in-process.
         assert my_tool.forecast("Paris")["days"]
 
 ``stb_proxy`` starts ``stbproxy serve --cassette FILE --ordered`` on a free loopback port
-and hands the test the environment for an agent (HTTP(S)_PROXY and the CA bundle).
+and hands the test the environment for an agent: exactly the variables ``stbproxy env``
+prints for that proxy (HTTP(S)_PROXY, the CA bundle, NODE_EXTRA_CA_CERTS; client_env.py).
 ``stb_replay`` answers this process's `requests` calls from the same cassette with the
 same engine, in milliseconds. Either way a request the cassette does not hold fails the
 test (not its teardown), naming the closest recorded request and how it differs.
@@ -41,7 +42,8 @@ from stbproxy.sessions import safe_session_name
 
 @dataclass
 class StbProxy:
-    """What a test gets: the proxy's URL, the agent environment, and the cassette."""
+    """What a test gets: the proxy's URL, the agent environment (``env``: what ``stbproxy env
+    --port PORT --confdir CONFDIR`` prints for this proxy), and the cassette."""
 
     url: str
     env: dict[str, str]
@@ -154,7 +156,7 @@ def stb_proxy(request, tmp_path_factory):
     else:
         args = ["--cassette", str(cassette), "--ordered", "--report", str(report)]
     with ServeProcess(store, *args, *serve_args(request.config)) as process:
-        proxy = StbProxy(process.url, process.client_env(), cassette, recording, process, report,
+        proxy = StbProxy(process.url, process.agent_env(), cassette, recording, process, report,
                          session=safe_session_name(name))
         yield proxy
     problems = proxy.finish()  # the call phase has checked already, unless it never ran

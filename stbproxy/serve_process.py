@@ -16,8 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from stbproxy.sessions import proxy_url
-from stbproxy.trust_bundle import write_client_bundle
+from stbproxy.client_env import client_variables
 
 # The ready line, and only it: its start, not any line that mentions listening.
 _READY = re.compile(r"^stbproxy \S+ listening on http://(\S+?):(\d+) ")
@@ -53,15 +52,17 @@ class ServeProcess:
     def ca_file(self) -> Path:
         return self.confdir / "mitmproxy-ca-cert.pem"
 
+    def agent_env(self, session: str | None = None) -> dict[str, str]:
+        """What an unmodified agent needs, exactly as ``stbproxy env --port PORT --confdir
+        CONFDIR`` prints it (client_env.client_variables): the proxy for HTTP and HTTPS, and
+        the CA to trust beside the roots it trusted already (so a host it reaches directly
+        still verifies), for Node too. The pytest plugin's ``stb_proxy.env``."""
+        return client_variables("127.0.0.1", self.port, self.ca_file, session, environ=self.env)
+
     def client_env(self, session: str | None = None) -> dict[str, str]:
-        """What an unmodified agent needs: the proxy for HTTP and HTTPS, and the CA to trust
-        beside the roots it trusted already (so a host it reaches directly still verifies),
-        as ``stbproxy env`` exports them."""
-        proxy = proxy_url("127.0.0.1", self.port, session)
-        ca = str(write_client_bundle(self.ca_file, self.env))
-        return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-                "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": ca, "SSL_CERT_FILE": ca,
-                "CURL_CA_BUNDLE": ca}
+        """``agent_env`` with NO_PROXY emptied: the project's tests send their loopback
+        upstreams' calls through the proxy whatever NO_PROXY the machine sets."""
+        return {**self.agent_env(session), "NO_PROXY": "", "no_proxy": ""}
 
     def launch(self) -> ServeProcess:
         """Start the process without waiting (several can then start up side by side)."""

@@ -2,15 +2,18 @@
 
 A page's fenced blocks are read in order. Shell blocks (```sh, ```bash, ```console,
 ```shell) are run by bash, one process each, in one work folder per page, so a block
-can use what an earlier one made. A code block whose first line is ``# file: NAME`` or
-``// file: NAME`` is written to NAME in that folder when its turn comes (a recipe to
-save, then run).
+can use what an earlier one made. Python blocks (```python) are run the same way, by
+the venv's ``python`` in that folder, imports included. A code block whose first line is
+``# file: NAME`` or ``// file: NAME`` is written to NAME in that folder when its turn comes
+(a recipe to save, then run by a later command).
 
 The conventions the pages follow (docs/internals.md, "The docs are tested"):
 
 - ``<!-- not run: REASON -->`` just before a block: the block is not run here, for the
   reason given (a hosted LLM, a real RapidAPI key, a package install); a marker
-  without a reason fails the test.
+  without a reason fails the test. Before a Python block the reason starts with its kind
+  (``fragment:`` or ``needs:``, see tests/test_docs_commands.py), and the block is still
+  compiled and its imports run (:func:`import_problems`).
 - ``<!-- needs: WHAT -->`` just before a block: a command (``node``) or a Python module
   (``aiohttp``) the block needs; where it is missing the block's test skips, naming it.
 - A line that starts ``stbproxy serve`` is run in the background until the proxy
@@ -40,6 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL = {"sh", "bash", "console", "shell"}
+PYTHON = {"python", "py", "python3"}
 _FENCE = re.compile(r"^(\s*)(`{3,})\s*([\w+-]*)")
 _NOT_RUN = re.compile(r"^<!--\s*not run:(.*?)-->$", re.S)
 _NEEDS = re.compile(r"^<!--\s*needs:(.*?)-->$", re.S)
@@ -68,13 +72,23 @@ class Block:
         return self.lang in SHELL
 
     @property
+    def is_python(self) -> bool:
+        return self.lang in PYTHON
+
+    @property
+    def is_command(self) -> bool:
+        """A block the page's run executes: shell commands, or Python that is not a file to save."""
+        return self.is_shell or (self.is_python and self.file_name is None)
+
+    @property
     def file_name(self) -> str | None:
         first = self.code.split("\n", 1)[0]
         match = _FILE.match(first)
         return match.group(1) if match else None
 
     def script(self) -> str:
-        """The commands, as bash runs them (a console block's prompts and output left out)."""
+        """The commands, as bash runs them (a console block's prompts and output left out; a
+        Python block is fed to the venv's ``python`` by :meth:`PageRun.run`)."""
         if self.lang != "console":
             return self.code
         lines, continued = [], False
@@ -196,7 +210,13 @@ class PageRun:
     def run(self, block: Block, timeout: float = 120) -> subprocess.CompletedProcess:
         if block.stop_serve:
             self.stop_serve()
-        script = _PRELUDE + _SERVE.sub(r"\1stb_serve_bg", self.text(block.script()))
+        if block.is_python:
+            # as a reader runs a snippet in the folder: `python` on stdin, so the folder is on sys.path
+            source = self.control / f"block-{block.line}.py"
+            source.write_text(self.text(block.code), encoding="utf-8")
+            script = _PRELUDE + f'python - < "$STB_DOCS_DIR/{source.name}"\n'
+        else:
+            script = _PRELUDE + _SERVE.sub(r"\1stb_serve_bg", self.text(block.script()))
         process = subprocess.Popen(["bash", "-c", script], cwd=self.folder, env=self.env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
@@ -278,4 +298,38 @@ def missing_needs(block: Block, python: str = sys.executable) -> str | None:
         if importlib.util.find_spec(need) is not None:
             continue
         return f"{block.where} needs {need}, which is neither a command on PATH nor an installed Python module"
+    return None
+
+
+_IMPORT_CHECK = r"""
+import ast, importlib, sys
+tree = ast.parse(sys.stdin.read())
+for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            importlib.import_module(alias.name)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        module = importlib.import_module(node.module)
+        for alias in node.names:
+            if alias.name != "*" and not hasattr(module, alias.name):
+                importlib.import_module(f"{node.module}.{alias.name}")  # a submodule, or ImportError
+"""
+
+
+def import_problems(block: Block, python: str = sys.executable) -> str | None:
+    """Compile a Python block and import what it imports (every ``import`` and ``from ...
+    import NAME`` anywhere in it, each name included), without running the rest; what
+    failed, or None. Run in a fresh interpreter, so nothing this process imported helps."""
+    try:
+        compile(block.code, block.where, "exec")
+    except SyntaxError as exc:
+        return f"{block.where}: does not compile: {exc}"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as empty:  # the working folder adds nothing to sys.path
+        result = subprocess.run([python, "-c", _IMPORT_CHECK], input=block.code, capture_output=True, text=True,
+                                cwd=empty, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    if result.returncode != 0:
+        last = result.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        return f"{block.where}: its imports fail: {last[0]}"
     return None

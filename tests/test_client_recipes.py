@@ -25,10 +25,10 @@ from tests.servers import ProxyProcess, Upstream
 PAGE = REPO / "docs" / "clients.md"  # run here, not by tests/test_docs_commands.py
 RECIPES: dict[str, list] = {}
 for _block in blocks(PAGE):
-    if _block.section and (_block.file_name or (_block.is_shell and _block.not_run is None)):
+    if _block.section and (_block.file_name or (_block.is_command and _block.not_run is None)):
         RECIPES.setdefault(_block.section, []).append(_block)
 # a section whose commands are all marked (Node 24's) has nothing to run here
-RECIPES = {s: bs for s, bs in RECIPES.items() if any(b.is_shell for b in bs)}
+RECIPES = {s: bs for s, bs in RECIPES.items() if any(b.is_command for b in bs)}
 _CLIENT = re.compile(r"^\s*(python|node|curl)\b", re.M)
 
 

@@ -1,8 +1,9 @@
 """Every command shown in README.md and docs/*.md runs, so the docs cannot rot.
 
-Each page's shell blocks run in order in a folder of their own that looks like a
+Each page's shell and Python blocks run in order in a folder of their own that looks like a
 StableToolBench checkout (query files, tool docs, a response cache, pipeline answers;
-all small and made up, see tests/stb_samples.py), against real ``stbproxy serve``
+all small and made up, see tests/stb_samples.py) and holds a copy of the clone's
+examples/ (the README's tour runs on examples/stb-sample/), against real ``stbproxy serve``
 processes on loopback, with a loopback fake as the LLM judge. How blocks are found and
 run, and the markers a page uses for a block that cannot run here, are in
 tests/docblocks.py. docs/clients.md is run by tests/test_client_recipes.py, through a
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docblocks import PAGES, REPO, PageRun, blocks
+from tests.docblocks import PAGES, REPO, Block, PageRun, blocks, import_problems, missing_needs
 from tests.fakes.fake_openai import FakeOpenAI, ToolCall
 from tests.stb_samples import QUERIES, reference_entry, write_json, write_sample_stb
 
@@ -37,8 +38,10 @@ def cache_file(root: Path, relative: str, entries: dict[str, object]) -> None:
 
 
 def stb_workspace(root: Path) -> Path:
-    """A small StableToolBench checkout: what the pages' commands name, and nothing real."""
+    """A small StableToolBench checkout: what the pages' commands name, and nothing real;
+    with the clone's examples/ (the README's tour reads examples/stb-sample/ from there)."""
     write_sample_stb(root)
+    shutil.copytree(REPO / "examples", root / "examples")
     # StableToolBench's response cache: <category>/<tool>_for_<category>/<api>.json, keys str(dict)
     cache_file(root, "Data/theclique_for_Data/songkick_concert.json", {
         "{'id_conc': '1-band-at-a-hall'}": {"error": "", "response": {
@@ -125,7 +128,7 @@ def run_page(page: Path, folder: Path, judge_url: str) -> tuple[str | None, str]
             if block.file_name:
                 run.write_file(block)
                 continue
-            if not block.is_shell:
+            if not block.is_command:
                 continue
             result = run.run(block)
             ran += 1
@@ -170,7 +173,91 @@ def test_every_not_run_marker_gives_a_reason_and_stands_before_a_command():
         for block in blocks(page):
             if block.not_run is not None:
                 assert block.not_run, f"{block.where}: '<!-- not run: -->' without a reason"
-                assert block.is_shell, f"{block.where}: a not-run marker before a block that is no command"
+                assert block.is_command, f"{block.where}: a not-run marker before a block that is no command"
+
+
+# -- Python blocks ------------------------------------------------------------------------------------
+
+# A Python block is run like a shell block: in its page's folder, after the blocks above it
+# (so a snippet that reads `run-42.yaml` reads the cassette the page exported). One that cannot
+# run here says which kind of exception it is, first in its marker's reason
+# (`<!-- not run: fragment: ... -->`); it is still compiled and its imports are run, so a
+# renamed module or function still fails (cassettes.md once imported stbproxy.inprocess, a
+# module that never existed). These are the only kinds, and why each is allowed:
+PYTHON_NOT_RUN_KINDS = {
+    # It calls names the reader brings (their own agent, store, upstream): a stand-in for
+    # them would test the stand-in, and the page shows how to call stbproxy, not an agent.
+    "fragment": "names the reader supplies",
+    # It needs what a test machine has not (a hosted LLM, a real RapidAPI key, a network);
+    # a loopback fake would not show that the real one answers as the page says.
+    "needs": "a service the test machine has not",
+}
+
+
+def python_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page) if b.is_python]
+
+
+def test_every_python_block_compiles():
+    problems = []
+    for block in python_blocks():
+        try:
+            compile(block.code, block.where, "exec")
+        except SyntaxError as exc:
+            problems.append(f"{block.where}: {exc}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_python_block_that_is_not_run_says_which_kind_of_exception_it_is():
+    for block in python_blocks():
+        if block.not_run is not None:
+            kind = block.not_run.split(":", 1)[0].strip()
+            assert kind in PYTHON_NOT_RUN_KINDS and block.not_run.split(":", 1)[1:] != [""], (
+                f"{block.where}: a Python block not run says why as '<!-- not run: KIND: WHY -->', KIND one of "
+                f"{', '.join(PYTHON_NOT_RUN_KINDS)} (tests/test_docs_commands.py says when each is allowed); "
+                f"it says {block.not_run!r}")
+
+
+NOT_RUN_PYTHON = [b for b in python_blocks() if b.not_run is not None]
+
+
+@pytest.mark.parametrize("block", NOT_RUN_PYTHON, ids=lambda b: b.where)
+def test_a_python_block_that_is_not_run_still_imports_what_it_imports(block):
+    if (missing := missing_needs(block)) is not None:
+        pytest.skip(missing)
+    problem = import_problems(block)
+    assert problem is None, problem
+
+
+def test_the_import_check_finds_a_module_or_name_that_does_not_exist():
+    """What found cassettes.md's `from stbproxy.inprocess import replay` (the module is
+    stbproxy.cassettes.inprocess): a wrong module, and a wrong name in a right one."""
+    def block(code: str) -> Block:
+        return Block(REPO / "docs" / "cassettes.md", 1, "python", code)
+
+    assert "No module named 'stbproxy.inprocess'" in import_problems(block("from stbproxy.inprocess import replay\n"))
+    assert "stbproxy.cassettes.inprocess.no_such_name" in import_problems(
+        block("def f():\n    from stbproxy.cassettes.inprocess import no_such_name\n"))
+    assert import_problems(block("from stbproxy.cassettes.inprocess import replay\nrun_agent()\n")) is None
+    assert "does not compile" in import_problems(block("with replay(:\n"))
+
+
+def test_every_saved_file_is_run_by_a_later_block_of_its_page():
+    """A `# file: NAME` block is saved for a command after it; one that no command names is
+    never run, and could rot."""
+    problems = []
+    for page in PAGES:
+        if page_id(page) in RUN_ELSEWHERE:
+            continue
+        found = blocks(page)
+        for i, block in enumerate(found):
+            name = block.file_name
+            if name is None or block.not_run is not None:
+                continue
+            later = [b for b in found[i + 1:] if b.is_command and b.not_run is None]
+            if not any(name in b.code for b in later):
+                problems.append(f"{block.where}: {name} is saved, but no later command of the page runs it")
+    assert not problems, "\n".join(problems)
 
 
 def test_every_page_with_commands_is_run_somewhere():

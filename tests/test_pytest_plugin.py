@@ -135,3 +135,60 @@ def test_a_recording_whose_calls_got_no_answer_fails_and_keeps_the_old_cassette(
     result.stdout.fnmatch_lines(["*the recording is not saved: 1 call(s) got no answer*",
                                  "*GET http://127.0.0.1:9/v1/gone?city=Oslo: unreachable*"])
     assert old.read_text() == "interactions: []\nversion: 1\n"
+
+
+NODE_USER_TEST = r'''
+import os, shlex, subprocess, sys
+
+URL = "TARGET_URL"
+# Node's own https through the proxy's CONNECT tunnel (Node 20's fetch reads no proxy
+# variable): HTTPS_PROXY from the environment, the CA from NODE_EXTRA_CA_CERTS, nothing else.
+NODE_AGENT = """
+const http = require("http"), https = require("https"), tls = require("tls"), net = require("net");
+const target = new URL(process.argv[1]), proxy = new URL(process.env.HTTPS_PROXY);
+const tunnel = http.request({host: proxy.hostname, port: proxy.port, method: "CONNECT",
+                             path: `${target.hostname}:${target.port}`});
+tunnel.on("connect", (reply, socket) => {
+  if (reply.statusCode !== 200) { console.log("CONNECT", reply.statusCode); process.exit(1); }
+  const secure = {socket, host: target.hostname, ...(net.isIP(target.hostname) ? {} : {servername: target.hostname})};
+  // no agent: the request goes over the connection createConnection gives, the tunnel
+  https.get({host: target.hostname, port: target.port, path: target.pathname + target.search,
+             createConnection: () => tls.connect(secure)}, (answer) => {
+    console.log(answer.statusCode, answer.headers["x-stb-source"]);
+    answer.resume();
+  }).on("error", (error) => { console.log(error.code || error.message); process.exitCode = 1; });
+});
+tunnel.on("error", (error) => { console.log(error.code || error.message); process.exitCode = 1; });
+tunnel.end();
+"""
+
+
+def node(env):
+    out = subprocess.run(["node", "-e", NODE_AGENT, URL], env=env, capture_output=True, text=True, timeout=60)
+    return out.stdout.split()
+
+
+def test_a_node_agent_gets_the_environment_stbproxy_env_prints(stb_proxy):
+    printed = subprocess.run([sys.executable, "-m", "stbproxy", "env", "--port", str(stb_proxy.process.port),
+                              "--confdir", str(stb_proxy.process.confdir)],
+                             capture_output=True, text=True, check=True).stdout
+    exported = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1) for line in printed.splitlines())
+    assert stb_proxy.env == exported
+    env = {**os.environ, **stb_proxy.env}
+    assert node(env) == ["200", "upstream"]
+    without = {k: v for k, v in env.items() if k != "NODE_EXTRA_CA_CERTS"}
+    assert node(without) == ["UNABLE_TO_VERIFY_LEAF_SIGNATURE"]  # what the fixture once gave
+'''
+
+
+@pytest.mark.integration
+def test_the_fixture_gives_a_node_agent_what_stbproxy_env_prints(pytester, tls_upstream, test_ca):
+    """stb_proxy.env is exactly `stbproxy env`'s variables for that proxy, NODE_EXTRA_CA_CERTS
+    included: a Node 20 agent reaches an HTTPS API through it (and fails without that variable)."""
+    if shutil.which("node") is None:
+        pytest.skip("needs node on PATH")
+    pytester.makepyfile(test_user=NODE_USER_TEST.replace("TARGET_URL", tls_upstream.url("/api/forecast?city=Oslo")))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--stb-record",
+                                           f"--stb-serve-args=--upstream-ca {shlex.quote(str(test_ca.ca_file))}",
+                                           timeout=120)
+    result.assert_outcomes(passed=1)

@@ -416,21 +416,14 @@ def client_env(host: str, port: int, confdir: Path | None, session: str | None, 
     """The variables that point a client at the proxy (see ``env``); fails with one line
     when the CA or its bundle cannot be written."""
     from stbproxy import mitm
-    from stbproxy.sessions import proxy_url
-    from stbproxy.trust_bundle import write_client_bundle
+    from stbproxy.client_env import client_variables
 
     try:
         ca = mitm.ensure_ca(resolve_confdir(confdir))
     except StbError as exc:
         fail(str(exc))
     try:
-        bundle = write_client_bundle(ca)
+        return client_variables(host, port, ca, session, params)
     except OSError as exc:
         fail(f"cannot write the CA bundle in {ca.parent}: {exc.strerror or exc}; choose a folder you can "
              "write to with --confdir or STBPROXY_CONFDIR")
-    proxy = proxy_url(host, port, session, params)
-    return {
-        "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
-        "REQUESTS_CA_BUNDLE": str(bundle), "SSL_CERT_FILE": str(bundle), "CURL_CA_BUNDLE": str(bundle),
-        "NODE_EXTRA_CA_CERTS": str(ca),
-    }
