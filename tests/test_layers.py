@@ -1,4 +1,4 @@
-"""Imports only point down the layers (DESIGN.md), and each foreign library has one owner."""
+"""Imports only point down the layers (docs/internals.md), and each foreign library has one owner."""
 
 import ast
 import sys
