@@ -509,8 +509,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None, chart: Path | None, tit
     """Combine run folders into one table (and a chart of the pass-rate runs), or one HTML page."""
     if (baseline or stability_data) and html_out is None:
         raise click.UsageError("--baseline and --stability shape the HTML page: give --html OUT.html too")
-    for path in (html_out, chart):  # a file goes into a folder that is there: none is made for it
-        if path is not None and not path.parent.is_dir():
+    # a file goes into a folder that is there (or the --out folder this command makes): none is made for it
+    for path in (html_out, chart):
+        if path is not None and not path.parent.is_dir() and (out is None or path.parent.resolve() != out.resolve()):
             raise InputError(f"cannot write {path}: the directory {path.parent} does not exist")
     summaries = [report.load_summary(run) for run in runs]
     text = report.render(summaries)
