@@ -113,7 +113,8 @@ def test_win_rate_and_report_commands(fake_openai, tmp_path):
         assert refused.exit_code == 1 and not nowhere.parent.exists()
         assert f"cannot write {nowhere}: the directory {nowhere.parent} does not exist" in refused.stderr
     into_out = tmp_path / "new-out"  # the --out folder, which the command makes, takes the chart
-    assert invoke(fake_openai, "report", str(pr), "--out", str(into_out), "--chart", str(into_out / "c.png")).exit_code == 0
+    made = invoke(fake_openai, "report", str(pr), "--out", str(into_out), "--chart", str(into_out / "c.png"))
+    assert made.exit_code == 0, made.output
     assert (into_out / "c.png").read_bytes().startswith(PNG)
 
 
