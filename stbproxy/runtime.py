@@ -13,6 +13,7 @@ from stbproxy.sim.config import MODEL_KINDS
 from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_prompt
 from stbproxy.cassettes.store import CassetteStore, describe_miss
 from stbproxy.stb.catalog import Catalog
+from stbproxy.stb.validity import replaced_answers
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, InputError
 from stbproxy.models import Mode, Response
@@ -212,6 +213,8 @@ class Runtime:
             parts.append(f"shared {shared.redacted}")
         if s.mode is Mode.VIRTUAL:
             parts.append(f"simulator {self.simulator_description}")
+            # the answers a new user may not expect to lose: a real 404 becomes a made-up 200
+            parts.append(f"replaces {replaced_answers(s.validity, s.keep_status)}")
         if s.mode is not Mode.REPLAY:
             parts.append(f"real /virtual calls: {self.virtual.real_calls()}")
         for name, url in s.mcp_servers().items():

@@ -27,7 +27,7 @@ from stbproxy.sessions import safe_session_name
 from stbproxy.store.embedded import auth_salt
 from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY, UpstreamConfig
-from stbproxy.stb.validity import AUTO, CHOICES
+from stbproxy.stb.validity import AUTO, CHOICES, parse_keep_status
 
 SIMULATORS = ("auto", "llm", "mirrorapi", "schema", "off")
 CATALOG_NAME = "catalog.json"
@@ -54,6 +54,7 @@ class Settings:
     stb_keys: str = EXACT  # StableToolBench calls keyed as its server looks them up, or canonical
     views: str = AUTO_VIEWS  # one view of the store, or one per --proxy-auth user or credential (front/views.py)
     refresh_simulated: bool = False  # virtual mode: ask the real API again for stored simulated answers
+    keep_status: tuple[int, ...] = ()  # 4xx statuses whose real answers are kept as real (--keep-status)
     faults: tuple[str, ...] = ()
     fault_seed: int = 0
     catalog: Path | None = None  # None: catalog.json in the store's folder, when it exists
@@ -130,6 +131,10 @@ class Settings:
         check_url(self.upstream_proxy, "upstream_proxy", ("http", "https", "socks5", "socks5h"))
         check_url(self.toolbench_url, "toolbench_url", ("http", "https"))
         self.mcp_servers()  # a malformed NAME=URL is refused at start
+        try:
+            parse_keep_status([str(code) for code in self.keep_status])  # each a 4xx that may be kept
+        except ConfigError as exc:
+            raise ConfigError(str(exc), setting="keep_status") from exc
         if self.refresh_simulated and self.mode is not Mode.VIRTUAL:
             raise ConfigError(f"refreshing simulated answers needs mode virtual (mode {self.mode.value} never "
                               "simulates)", setting="refresh_simulated")
@@ -196,6 +201,7 @@ class Settings:
             rules=self.key_rules(),
             max_body_bytes=self.max_body_bytes,
             validity=self.validity,
+            keep_status=frozenset(self.keep_status),
             refresh_simulated=self.refresh_simulated,
             ordered=self.ordered and self.cassette is None,  # a cassette plays in order itself
             fork=parse_fork(self.fork) if self.fork else None,

@@ -29,7 +29,12 @@ def test_env_prints_proxy_and_ca_lines_and_creates_the_ca(tmp_path):
     confdir = tmp_path / "conf"
     result = invoke("env", "--port", "9123", "--confdir", str(confdir))
     assert result.exit_code == 0
-    lines = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines())
+    comment, *exports = result.output.splitlines()
+    # a comment first (eval ignores it): which real answers a proxy in virtual mode replaces
+    assert comment == ("# stbproxy: in virtual mode (serve's default) the proxy replaces real 4xx/5xx answers "
+                       "(StableToolBench calls: check_result failures; kept: 4xx an OpenAPI document lists) with "
+                       "simulated ones (serve --keep-status 404,410 keeps those too); X-Stb-Source says who answered")
+    lines = dict(line.removeprefix("export ").split("=", 1) for line in exports)
     assert lines["HTTP_PROXY"] == lines["HTTPS_PROXY"] == lines["https_proxy"] == "http://127.0.0.1:9123"
     ca = confdir / "mitmproxy-ca-cert.pem"
     assert lines["NODE_EXTRA_CA_CERTS"] == str(ca) and ca.is_file()  # Node adds it to its own roots

@@ -73,8 +73,9 @@ def fails_in_one_line(cases: list[tuple[list[str], str, str]]) -> list[str]:
 
 
 def env_lines(text: str) -> dict[str, str]:
+    """The variables ``stbproxy env`` exports (its comment line aside)."""
     return {name: shlex.split(value)[0] for name, _, value in
-            (line.removeprefix("export ").partition("=") for line in text.splitlines())}
+            (line.removeprefix("export ").partition("=") for line in text.splitlines() if not line.startswith("#"))}
 
 
 # -- 5, 6: failures are one clear line, and never after a ready line ---------------------------------
@@ -317,6 +318,25 @@ def test_forget_what_an_outage_left_behind_once_the_api_is_back(tmp_path, upstre
 
     with ProxyProcess(store) as proxy:  # the API is back: real answers now
         assert {s["source"] for s in agent(proxy.client_env(), calls[:2])} == {"upstream"}
+
+
+def test_a_real_404_is_replaced_unless_kept_and_the_ready_line_says_so(tmp_path, upstream):
+    call = [{"method": "GET", "url": upstream.url("/status/404")}]
+    with ProxyProcess(tmp_path / "default") as proxy:  # virtual mode: a made-up 200 for the real 404
+        assert ("simulator schema, replaces real 4xx/5xx answers (StableToolBench calls: check_result failures; "
+                "kept: 4xx an OpenAPI document lists), ") in proxy.output[0]
+        assert [(s["source"], s["status"]) for s in agent(proxy.client_env(), call)] == [("simulated", 200)]
+    with ProxyProcess(tmp_path / "kept", "--keep-status", "404,410") as proxy:
+        assert "(StableToolBench calls: check_result failures; kept: 4xx an OpenAPI document lists, 404, 410)" \
+            in proxy.output[0]
+        seen = agent(proxy.client_env(), call * 2)
+    assert [(s["source"], s["status"]) for s in seen] == [("upstream", 404), ("cache", 404)]
+    stats = json.loads(stbproxy("stats", "--json", "--store", str(tmp_path / "kept")).stdout)
+    assert stats["by_source"] == {"upstream": 1} and stats["failed_by_source"] == {"upstream": 1}
+    for value, says in (("429", "429 says the call should be made again later"), ("500", "'500' is not a 4xx")):
+        line = one_error_line(stbproxy("serve", "--port", "0", "--store", str(tmp_path / "x"), "--keep-status", value))
+        assert line.startswith(f"stbproxy: error: --keep-status: {says}"), line
+    assert not (tmp_path / "x").exists()
 
 
 def test_verbose_says_why_a_faulted_call_got_its_answer(tmp_path, upstream):

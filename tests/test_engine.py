@@ -79,6 +79,21 @@ def test_record_stores_error_statuses_but_virtual_does_not(store, upstream):
     assert store.get(virtual.key) is None
 
 
+def test_keep_status_keeps_a_listed_4xx_as_a_real_answer_in_virtual_mode(store, upstream):
+    async def scenario(engine):
+        return [await engine.handle(Request("GET", upstream.url(f"/status/{code}"))) for code in (404, 410, 404)]
+
+    replaced, gone, _ = engine_run(store, scenario)  # by default a real 404 is replaced (no simulator: unavailable)
+    assert replaced.source is gone.source is Source.UNAVAILABLE and store.get(replaced.key) is None
+    kept, still_replaced, hit = engine_run(store, scenario, keep_status=frozenset({404}))
+    assert kept.source is Source.UPSTREAM and kept.response.status == 404
+    stored = store.get(kept.key)
+    assert stored.source is Source.UPSTREAM and stored.response.status == 404 and stored.meta["failure"] == "not_found"
+    assert hit.source is Source.CACHE and hit.response.status == 404 and hit.response.body == kept.response.body
+    assert still_replaced.source is Source.UNAVAILABLE  # 410 was not listed
+    assert upstream.hits["/status/404"] == 3  # twice unstored, then once: the kept one's repeat was a hit
+
+
 def test_replay_never_touches_the_network_and_explains_a_miss(store, upstream):
     async def record(engine):
         return await engine.handle(Request("GET", upstream.url("/echo?city=Paris&units=metric")))

@@ -117,9 +117,18 @@ def test_conversions_keep_repeated_headers_and_bytes():
     ({"stb_sim_concurrency": 0}, "stb_sim_concurrency"),
     ({"stb_faults": ["status=999"]}, "stb_faults"),
     ({"stb_session": "../x"}, "stb_session"),
+    ({"stb_keep_status": ["404,500"]}, "stb_keep_status"),
 ])
 def test_settings_errors_name_their_option(tmp_path, options, named):
     addon = StbAddon()
     with taddons.context(addon) as tctx:
         with pytest.raises(exceptions.OptionsError, match=f"^{named}: "):
             tctx.configure(addon, stb_store=str(tmp_path / "s"), **options)
+
+
+def test_keep_status_travels_from_the_option_to_the_engine(tmp_path):
+    addon = StbAddon()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_keep_status=["410,404", "451"])
+        assert addon.settings.keep_status == (404, 410, 451)
+        assert addon.settings.engine_config().keep_status == frozenset({404, 410, 451})

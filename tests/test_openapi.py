@@ -267,6 +267,31 @@ def test_drift_is_kept_by_default_and_invalid_under_validity_schema(catalog):
     assert fine.verdict.valid and "drift" not in fine.meta
 
 
+def test_a_4xx_the_operation_lists_is_a_real_answer(catalog):
+    from dataclasses import replace
+
+    from stbproxy.openapi.traffic import _documented_client_error
+
+    kinds = kinds_for(None, catalog)
+    pet = call(catalog, "GET", f"{PETS}/pets/3")
+    judge = kinds.of(pet).judge
+    kept = judge(pet, answer(404, {"message": "no such pet"}), "auto")  # getPet lists 404
+    assert kept.verdict.valid and kept.verdict.reason == "openapi: 404 is documented for pet-shop/getPet"
+    assert kept.meta["failure"] == "not_found" and "drift" not in kept.meta
+    drifted = answer(404, {"error": "gone"})  # listed, but not in its documented shape: drift, as for a 200
+    assert judge(pet, drifted, "auto").verdict.valid and not judge(pet, drifted, "schema").verdict.valid
+    assert not judge(pet, answer(400, {"message": "bad id"}), "auto").verdict.valid  # not listed
+    item = call(catalog, "GET", f"{WAREHOUSE}/items/ABC-1234")  # getItem lists 4XX
+    problem = answer(409, {"title": "taken"}, "application/problem+json")
+    assert kinds.of(item).judge(item, problem, "auto").verdict.valid
+    for transient in (408, 429):  # "try again later" says nothing of the call: never kept
+        assert not kinds.of(item).judge(item, answer(transient, {"title": "later"}, "application/problem+json"),
+                                        "auto").verdict.valid
+    only_default = replace(op(catalog, "pet-shop/getPet"), replies={"default": op(catalog, "pet-shop/getPet")
+                                                                     .replies["404"]})
+    assert not _documented_client_error(only_default, answer(404, {"message": "no such pet"}))
+
+
 # -- simulated answers ---------------------------------------------------------------------------
 
 

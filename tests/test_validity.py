@@ -1,4 +1,5 @@
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -344,3 +345,31 @@ def test_the_characters_that_lower_case_to_ascii_are_all_known():
 
     found = [chr(c) for c in range(0x80, sys.maxunicode + 1) if any(x.isascii() for x in chr(c).lower())]
     assert set(found) == set(validity._LOWER_TO_ASCII)
+
+
+# -- --keep-status and what virtual mode replaces ------------------------------------------------------
+
+
+@pytest.mark.parametrize("values, codes", [
+    ([], ()), (["404"], (404,)), (["404,410"], (404, 410)), (["410", "404, 404"], (404, 410)), ("451", (451,)),
+])
+def test_keep_status_takes_4xx_comma_separated_and_repeated(values, codes):
+    assert validity.parse_keep_status(values) == codes
+
+
+@pytest.mark.parametrize("value, says", [
+    ("500", "'500' is not a 4xx status"), ("200", "'200' is not a 4xx status"), ("4O4", "'4O4' is not a 4xx"),
+    ("429", "429 says the call should be made again later"), ("408", "408 says the call should be made again"),
+])
+def test_keep_status_refuses_what_is_no_lasting_client_error(value, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        validity.parse_keep_status([value])
+
+
+def test_what_virtual_mode_replaces_in_a_few_words():
+    assert validity.replaced_answers("auto") == ("real 4xx/5xx answers (StableToolBench calls: check_result "
+                                                 "failures; kept: 4xx an OpenAPI document lists)")
+    assert validity.replaced_answers("strict", (404, 410)) == ("real 4xx/5xx answers and error pages (kept: 4xx an "
+                                                               "OpenAPI document lists, 404, 410)")
+    assert "check_result" in validity.replaced_answers("stb") and "drift" not in validity.replaced_answers("auto")
+    assert "break their schema" in validity.replaced_answers("schema")

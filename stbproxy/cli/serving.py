@@ -110,6 +110,11 @@ from stbproxy.models import Mode
                    "rule for any other HTTP; stb or strict: that policy for all traffic; schema: auto, and "
                    "a real answer to an OpenAPI operation that breaks its documented schema is invalid too "
                    "(by default it is kept and reported as drift by 'stbproxy check').")
+@click.option("--keep-status", "keep_status", multiple=True, metavar="CODES",
+              help="4xx statuses (comma-separated, repeatable: --keep-status 404,410) whose real answers are "
+                   "kept as real, stored with origin upstream and served, where virtual mode would replace them "
+                   "with simulated ones [default: none; a 4xx an imported OpenAPI document lists is kept "
+                   "anyway]. 408 and 429 never are.")
 @click.option("--stb-keys", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True,
               help="How StableToolBench calls (/virtual, and calls the catalog routes) are keyed. exact: as "
                    "StableToolBench's server looks them up, by the arguments' text, so {\"id\": 294} misses an "
@@ -193,7 +198,8 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
           upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
           deny_host, max_headers, max_header_bytes, max_request_body, max_upstream_body, head_timeout, idle_timeout,
           max_connections, session, cassette,
-          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, stb_keys, views,
+          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, keep_status, stb_keys,
+          views,
           refresh_simulated,
           faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
           sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, mirrorapi_parse,
@@ -260,6 +266,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
         "stb_report": str(report) if report else None,
         "stb_allow_empty": allow_empty,
         "stb_validity": validity,
+        "stb_keep_status": list(keep_status),
         "stb_keys": stb_keys,
         "stb_views": views,
         "stb_refresh_simulated": refresh_simulated,
@@ -407,8 +414,14 @@ def env(host, port, confdir, session):
     the one every 'stbproxy serve' of this user intercepts with (~/.stbproxy, or --confdir /
     STBPROXY_CONFDIR); it and the bundle are created or refreshed first, so the paths are
     valid. NO_PROXY is left as it is: hosts it names skip the proxy and are not recorded.
+    A comment line first says which real answers a proxy in virtual mode replaces.
     """
-    for name, value in client_env(host, port, confdir, session).items():
+    from stbproxy.stb.validity import replaced_answers
+
+    variables = client_env(host, port, confdir, session)
+    click.echo(f"# stbproxy: in virtual mode (serve's default) the proxy replaces {replaced_answers('auto')} "
+               "with simulated ones (serve --keep-status 404,410 keeps those too); X-Stb-Source says who answered")
+    for name, value in variables.items():
         click.echo(f"export {name}={shlex.quote(value)}")
 
 

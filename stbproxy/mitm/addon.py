@@ -34,6 +34,7 @@ from stbproxy.front.views import SHARED, view_for, view_mode
 from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
 from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
+from stbproxy.stb.validity import parse_keep_status
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
 from stbproxy.store.embedded import default_store_path
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY
@@ -87,6 +88,7 @@ class StbAddon:
         loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
         loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
         loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first), or schema (auto, and an OpenAPI operation's answer that breaks its documented schema is invalid).")
+        loader.add_option("stb_keep_status", Sequence[str], [], "4xx statuses (e.g. 404,410) whose real answers are kept as real, stored with origin upstream and served, where virtual mode would replace them.")
         loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
         loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
         loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
@@ -456,6 +458,7 @@ def settings_from_options(opts) -> Settings:
         upstream_insecure=opts.stb_upstream_insecure,
         upstream_proxy=opts.stb_upstream_proxy,
         validity=opts.stb_validity,
+        keep_status=checked("stb_keep_status", parse_keep_status),
         stb_keys=opts.stb_keys,
         views=opts.stb_views,
         refresh_simulated=opts.stb_refresh_simulated,

@@ -2,9 +2,9 @@
 imported operation is keyed by the operation and its named arguments, its real answers are
 checked against the schema documented for their status (a mismatch is drift: kept and
 recorded, or invalid under ``--validity schema``; a status documented without a body is a
-valid answer without one), and its misses are simulated in the documented status, media
-type and shape (answers.py), or, for a request that breaks the document, answered as the
-document's validation would (validate.py). A request to a documented server that matches
+valid answer without one, and a 4xx the operation lists is a real answer), and its misses
+are simulated in the documented status, media type and shape (answers.py), or, for a
+request that breaks the document, answered as the document's validation would (validate.py). A request to a documented server that matches
 no operation keeps its plain HTTP key; with its API down it gets a 404 or 405."""
 
 from __future__ import annotations
@@ -73,6 +73,10 @@ class OpenApi(BaseKind):
         if not judged.verdict.valid and _documented_without_body(op, response):
             judged = judged._replace(verdict=Verdict(True, f"openapi: {response.status} is documented without a body",
                                                      FailureKind.SUCCESS))
+        elif not judged.verdict.valid and _documented_client_error(op, response):
+            # The API's own answer to this call (no such pet): real, kept with its failure kind.
+            judged = judged._replace(verdict=Verdict(True, f"openapi: {response.status} is documented for {op.name}",
+                                                     judged.verdict.failure))
         drift = answer_problem(op, response)
         if drift is None:
             return judged._replace(meta=meta)
@@ -208,6 +212,15 @@ def _documented_without_body(op: Operation, response: Response) -> bool:
     found = op.reply_for(response.status)
     return (found is not None and not found[1].content and 200 <= response.status < 400
             and not response.body.strip())
+
+
+def _documented_client_error(op: Operation, response: Response) -> bool:
+    """A 4xx the operation lists (its own code, or the 4XX range; ``default`` does not count):
+    the API's documented answer, which the proxy keeps as real. Never a timeout or a rate
+    limit (validity.TRANSIENT_CLIENT_ERRORS), which say nothing of the call."""
+    found = op.reply_for(response.status)
+    return (found is not None and found[0] != "default" and 400 <= response.status < 500
+            and response.status not in validity.TRANSIENT_CLIENT_ERRORS)
 
 
 def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):

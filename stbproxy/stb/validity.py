@@ -30,6 +30,46 @@ SCHEMA = "schema"  # auto, and an answer that breaks its documented schema is in
 CHOICES: tuple[str, ...] = (AUTO, *POLICIES, SCHEMA)  # what a user may set
 
 
+# Client errors that say nothing of the call itself, only of this moment (a timeout, a rate
+# limit): never kept as a real answer, even where an API documents them or a user lists them.
+TRANSIENT_CLIENT_ERRORS = frozenset({408, 429})
+
+
+def parse_keep_status(values: Any) -> tuple[int, ...]:
+    """``--keep-status``: 4xx statuses, comma-separated and repeatable (``404,410``), whose
+    real answers are kept as real; ConfigError names a value that is no such status."""
+    if isinstance(values, str):
+        values = [values]
+    codes: list[int] = []
+    for value in values or ():
+        for part in str(value).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.isdigit() or not 400 <= int(part) <= 499:
+                raise ConfigError(f"{part!r} is not a 4xx status (give client errors such as 404,410; a 5xx is "
+                                  "never kept as real)")
+            if int(part) in TRANSIENT_CLIENT_ERRORS:
+                raise ConfigError(f"{part} says the call should be made again later (a timeout or a rate limit), "
+                                  "so it is never kept as a real answer")
+            if int(part) not in codes:
+                codes.append(int(part))
+    return tuple(sorted(codes))
+
+
+def replaced_answers(choice: str, keep_status: tuple[int, ...] = ()) -> str:
+    """In a few words, which real answers virtual mode replaces under the ``--validity``
+    ``choice``, and which client errors it keeps: for the ready line and ``stbproxy env``
+    (``real 4xx/5xx answers (...; kept: ...)``)."""
+    kept = "kept: " + ", ".join(["4xx an OpenAPI document lists", *map(str, keep_status)])
+    if choice == "stb":
+        return f"real answers StableToolBench's check_result fails ({kept})"
+    if choice == "strict":
+        return f"real 4xx/5xx answers and error pages ({kept})"
+    schema = "; OpenAPI answers that break their schema too" if choice == SCHEMA else ""
+    return f"real 4xx/5xx answers (StableToolBench calls: check_result failures{schema}; {kept})"
+
+
 def policy_for(choice: str, stb_traffic: bool) -> Policy:
     """The policy for one call: ``choice`` itself, or for ``auto`` (and ``schema``, whose
     schema check is the OpenAPI kind's) the one that fits the traffic (``stb_traffic``: a
