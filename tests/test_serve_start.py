@@ -148,6 +148,10 @@ def test_a_refused_start_leaves_no_folder_behind(tmp_path):
                                            *args, env={"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}, timeout=60))
             assert said in line, line
             assert not run.exists(), (name, sorted(str(p) for p in run.rglob("*")))
+    stdio = tmp_path / "stdio"  # mcp-stdio's refused start too
+    line = one_error_line(stbproxy("mcp-stdio", "--store", str(stdio / "store"), "--simulator", "llm", "--", "true",
+                                   env={"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}, input=""))
+    assert "the LLM simulator needs OPENAI_API_KEY" in line and not stdio.exists()
     # a store that was there before stays, with what it held; the CA folder the start made goes
     store = make_store(tmp_path / "kept" / "store")
     one_error_line(stbproxy("serve", "--store", str(store), "--confdir", str(tmp_path / "kept" / "certs"),

@@ -9,6 +9,7 @@ import os
 import re
 import select
 import signal
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -281,3 +282,22 @@ def _flag_name(option: click.Option) -> str:
 
 def _upper(name: str) -> str:
     return name.upper().replace("-", "_")
+
+
+def missing_roots(*paths: Path) -> list[Path]:
+    """For each path, the first of its ancestors (or itself) that does not exist yet: the
+    folder that creating it would make, with all it would hold. A command that refuses to
+    start removes them again (remove_new), so that a refused start leaves nothing behind."""
+    roots: list[Path] = []
+    for path in paths:
+        path = Path(path).absolute()
+        missing = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+        if missing is not None and missing not in roots:
+            roots.append(missing)
+    return roots
+
+
+def remove_new(roots: list[Path]) -> None:
+    for root in roots:
+        if root.is_dir() and not root.is_symlink():
+            shutil.rmtree(root, ignore_errors=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from stbproxy.cli.common import fail, store_option
+from stbproxy.cli.common import fail, missing_roots, remove_new, store_option
 from stbproxy.cli.shared_tier import shared_option
 
 log = logging.getLogger("stbproxy")
@@ -67,14 +67,17 @@ def mcp_stdio(mode, store, session, simulator, sim_model, faults, fault_seed, va
                             upstream_timeout=timeout, allow_empty=allow_empty, shared=shared)
     except StbError as exc:
         fail(str(exc))
+    new_paths = missing_roots(Path(store))  # what a refused start made is removed again
     try:
-        code = asyncio.run(_serve(settings, list(command), session or default_session_name(command="stdio")))
+        code = asyncio.run(_serve(settings, list(command), session or default_session_name(command="stdio"),
+                                  new_paths))
     except StbError as exc:
         fail(str(exc))
     sys.exit(code)
 
 
-async def _serve(settings, argv: list[str], session: str) -> int:
+async def _serve(settings, argv: list[str], session: str, new_paths: list[Path] = ()) -> int:
+    from stbproxy.errors import StbError
     from stbproxy.mcp import jsonrpc
     from stbproxy.mcp.protocol import stdio_url
     from stbproxy.mcp.stdio import READ_LIMIT, StdioServer
@@ -91,7 +94,11 @@ async def _serve(settings, argv: list[str], session: str) -> int:
             out.flush()
 
     server = StdioServer(argv, to_client, timeout=settings.upstream_timeout)
-    runtime = Runtime(settings, upstream=server)
+    try:
+        runtime = Runtime(settings, upstream=server)
+    except StbError:
+        remove_new(new_paths)  # a refused start leaves nothing behind
+        raise
     await runtime.ready()
     url = stdio_url(argv)
     reader = asyncio.StreamReader(limit=READ_LIMIT)

@@ -12,7 +12,8 @@ from pathlib import Path
 import click
 
 from stbproxy import __version__
-from stbproxy.cli.common import ByteSize, confdir_option, fail, log, resolve_confdir, store_option
+from stbproxy.cli.common import (ByteSize, confdir_option, fail, log, missing_roots, remove_new, resolve_confdir,
+                                  store_option)
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
 from stbproxy.front.limits import default_max_connections
@@ -302,7 +303,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
     started = []  # set once the proxy is ready: from then on, what it made is the user's
     # What a start makes that was not there (the store's folder, the CA's, their parents) is
     # removed again when the start is refused: a refused start leaves nothing behind.
-    new_paths = _missing_roots(Path(store), confdir)
+    new_paths = missing_roots(Path(store), confdir)
 
     def ready(bound_host: str, bound_port: int, runtime) -> None:
         started.append(True)
@@ -329,7 +330,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
                                proxy_auth=proxy_auth, on_ready=ready, hooks=hooks, fast_lane=fast_lane))
     except StbError as exc:
         if not started:
-            _remove_new(new_paths)
+            remove_new(new_paths)
         fail(cli_message(str(exc)))
     except KeyboardInterrupt:
         pass
@@ -350,26 +351,6 @@ def cli_message(text: str) -> str:
         flag = _FLAGS.get(name) or "--" + name.removeprefix("stb_").replace("_", "-")
         return f"{flag}: {rest}"
     return text
-
-
-def _missing_roots(*paths: Path) -> list[Path]:
-    """For each path, the first of its ancestors (or itself) that does not exist yet: the
-    folder that creating it would make, with all it would hold."""
-    roots = []
-    for path in paths:
-        path = Path(path).absolute()
-        missing = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
-        if missing is not None and missing not in roots:
-            roots.append(missing)
-    return roots
-
-
-def _remove_new(roots: list[Path]) -> None:
-    import shutil
-
-    for root in roots:
-        if root.is_dir() and not root.is_symlink():
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def _is_loopback(host: str) -> bool:
