@@ -168,8 +168,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
                                          confdir=confdir))
         stack.callback(subjects[-1].stop)
     if args.before and not args.workers_only:
-        subjects.append(stbproxy_subject(BEFORE, copy_store(store, workdir / "store-before"), confdir=confdir,
-                                         source=args.before))
+        # the older tree's store is made by its own import (its keys may be its own)
+        before_store = workdir / "store-before"
+        hitstores.fill_http_store(before_store, workdir, list(bases.values()), targets, source=args.before)
+        subjects.append(stbproxy_subject(BEFORE, before_store, confdir=confdir, source=args.before))
         stack.callback(subjects[-1].stop)
     if not args.workers_only:
         subjects.append(mitmdump_subject(addon, free_port(), confdir))
