@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 from mitmproxy import http
 from mitmproxy.net.http import http1
@@ -32,6 +33,12 @@ _INVALID = ("", None)
 # verdict is asked once per authority; anything else is read by mitmproxy in full.
 _SIMPLE_ABSOLUTE = re.compile(rb"http://([A-Za-z0-9.\-]+(?::[0-9]+)?)(/[\x21-\x7e]*)?")
 _TARGET_AUTHORITIES: Recent[tuple] = Recent(256)
+# Heads read before, with what was read from them: a client sends the same few heads again
+# and again (a /virtual POST's differs only in its Content-Length), and the reading depends
+# on the head's bytes and the arguments alone. Small heads only, so memory stays bounded.
+_HEADS: Recent[tuple] = Recent(1024)
+MEMO_MAX_HEAD = 2048
+_NOT_PLAIN = ("not plain",)
 
 
 class Replayed:
@@ -66,6 +73,40 @@ def plain_request(head: bytes, validate_headers: bool, destination: tuple[str, i
     to close the connection, when it is of the plain kind. ``destination``: the address of
     the TLS tunnel the request came through (mitmproxy's transparent mode inside tunnels);
     ``max_body``: a longer body is mitmproxy's to read (or refuse, over its limit).
+
+    A head read before is not read again: the request is made anew from what was read (its
+    fields, which no one changes in place: mitmproxy's headers replace their tuple), with
+    its own timestamp, as mitmproxy's reader makes it."""
+    if len(head) > MEMO_MAX_HEAD:
+        return _read_plain(head, validate_headers, destination, max_body)
+    memo_key = (head, validate_headers, destination, max_body)
+    known = _HEADS.get(memo_key)
+    if known is None:
+        read = _read_plain(head, validate_headers, destination, max_body)
+        if read is None:
+            known = _NOT_PLAIN
+        else:
+            request, size, closes = read
+            data = request.data
+            known = ((data.host, data.port, data.method, data.scheme, data.authority, data.path, data.http_version,
+                      data.headers.fields), size, closes)
+        _HEADS.put(memo_key, known)
+        return read
+    if known is _NOT_PLAIN:
+        return None
+    (host, port, method, scheme, authority, path, version, fields), size, closes = known
+    headers = http.Headers.__new__(http.Headers)
+    headers.fields = fields  # bytes pairs, checked when first read (what Headers(fields) checks)
+    request = http.Request.__new__(http.Request)  # what http1.read_request_head makes, without its conversions
+    request.data = http.RequestData(host=host, port=port, method=method, scheme=scheme, authority=authority,
+                                    path=path, http_version=version, headers=headers, content=None, trailers=None,
+                                    timestamp_start=time.time(), timestamp_end=None)
+    return request, size, closes
+
+
+def _read_plain(head: bytes, validate_headers: bool, destination: tuple[str, int] | None,
+                max_body: int) -> tuple[http.Request, int, bool] | None:
+    """plain_request's reading of a head.
 
     mitmproxy's header lookups walk every field each time, so the checks below look at the
     lower-cased field names once, and ask mitmproxy's own functions where the answer is not
