@@ -51,6 +51,12 @@ class FastLane:
         self.options = options
         self.mode = mode  # the listening instance's proxy mode (regular)
         self.hand_over = hand_over
+        # the lean master's addon manager fires a flow's hooks without making their events
+        fire_flow = getattr(addons, "fire_flow", None)
+        self.fire = fire_flow if fire_flow is not None else self._fire
+
+    async def _fire(self, event_type, flow: http.HTTPFlow) -> None:
+        await self.addons.handle_lifecycle(event_type(flow))
 
     def enabled(self) -> bool:
         """Streaming bodies changes how mitmproxy reads them: everything then goes its way.
@@ -158,12 +164,12 @@ class FastLane:
         flow = http.HTTPFlow(client, server, live=True)
         flow.metadata[LANE] = True  # the addon may hand over a body still arriving (streaming.py)
         flow.request = request
-        await self.addons.handle_lifecycle(HttpRequestHeadersHook(flow))
+        await self.fire(HttpRequestHeadersHook, flow)
         if await self.killed(flow):
             return False
         request.data.content = body
         request.timestamp_end = time.time()
-        await self.addons.handle_lifecycle(HttpRequestHook(flow))
+        await self.fire(HttpRequestHook, flow)
         if await self.killed(flow):
             return False
         response = flow.response
@@ -172,7 +178,7 @@ class FastLane:
             writer.write(make_error_response(502, "stbproxy gave no answer"))
             return False
         response.timestamp_end = time.time()
-        await self.addons.handle_lifecycle(HttpResponseHook(flow))
+        await self.fire(HttpResponseHook, flow)
         if await self.killed(flow):
             return False
         stream = flow.metadata.pop(STREAM, None)
@@ -191,7 +197,7 @@ class FastLane:
         """An addon killed the flow: mitmproxy then fires the error hook and closes silently
         (and a server's stream the answer would have carried is closed)."""
         if flow.error is not None and flow.error.msg == mitm_flow.Error.KILLED_MESSAGE:
-            await self.addons.handle_lifecycle(HttpErrorHook(flow))
+            await self.fire(HttpErrorHook, flow)
             stream = flow.metadata.pop(STREAM, None)
             if stream is not None:
                 await stream.aclose()

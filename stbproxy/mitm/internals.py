@@ -222,6 +222,28 @@ class _HookCache(addonmanager.AddonManager):
                 _addon_errors.error(f"Addon error: {exc}", exc_info=True)
 
 
+    async def fire_flow(self, event_type, flow) -> None:
+        """``handle_lifecycle(event_type(flow))`` for a hook whose one argument is the flow
+        (the HTTP request, response and error hooks), without making the event each time once
+        its handlers are known: the fast lane fires three of them on every request."""
+        handlers = self._handlers.get(event_type.name)
+        if handlers is None:
+            return await self.handle_lifecycle(event_type(flow))
+        for func in handlers:
+            try:
+                result = func(flow)
+                if result is not None and inspect.isawaitable(result):
+                    await result
+            except exceptions.AddonHalt:
+                break
+            except exceptions.OptionsError:
+                raise
+            except Exception as exc:
+                _addon_errors.error(f"Addon error: {exc}", exc_info=True)
+        if self._handlers_of(_UPDATE):
+            await self.trigger_event(hooks.UpdateHook([flow]))
+
+
 _UPDATE = hooks.UpdateHook([])
 
 
