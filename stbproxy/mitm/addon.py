@@ -10,14 +10,14 @@ import os
 import time
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Awaitable, Callable, Optional
 
 from mitmproxy import ctx, exceptions, http
 
 from stbproxy.engine import DEFAULT_MAX_BODY, Answer
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.front.destinations import own_address
-from stbproxy.front.guard import Guard, loop_message
+from stbproxy.front.guard import HEAD_MEMO_MAX, Guard, Refusal, loop_message
 from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
     DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY, url_problem
@@ -27,6 +27,7 @@ from stbproxy.mitm.relay import Relay
 from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
 from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
 from stbproxy.models import Request, Source
+from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, scoped, session_spec
@@ -44,6 +45,7 @@ log = logging.getLogger("stbproxy")
 NAMING_HEADERS = frozenset(name.lower() for name in (SESSION_HEADER, TRIAL_HEADER, FORK_HEADER))
 RELAYED = "stb_relayed"  # flow.metadata: the flow fetches its streamed answer from the relay
 PROXY_AUTHORIZATION = "proxy-authorization"
+HEADER_FACTS_REMEMBERED = 1024
 
 
 # -- the addon --------------------------------------------------------------------------
@@ -59,6 +61,7 @@ class StbAddon:
         self.views = SHARED  # which view of the store a request's calls are keyed in (front/views.py)
         self._tunnel_sessions: dict[str, str] = {}  # client connection id -> session named at CONNECT
         self.guard = Guard()  # per-request limits, destinations, the proxy's own address
+        self._header_facts: Recent[tuple] = Recent(HEADER_FACTS_REMEMBERED)  # header_facts, by fields object
         self.close_error: StbError | None = None  # why the store could not be closed cleanly
         self.prebuilt = Prebuilt()
         self.connections: ConnectionWatch | None = None  # serve's watch over client connections
@@ -174,7 +177,9 @@ class StbAddon:
         watched = self.watched(flow.client_conn)
         if watched is not None:
             watched.answered(time.monotonic())  # a CONNECT has no body, and its answer is at once
-        await self.check_head(flow)
+        waiting = self.check_head(flow)
+        if waiting is not None:
+            await waiting
         if flow.response is not None:
             return
         # HTTPS clients send the proxy URL's user on the CONNECT only: remember it for the tunnel.
@@ -183,23 +188,39 @@ class StbAddon:
         if spec:
             self._tunnel_sessions[flow.client_conn.id] = spec
 
-    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """(A coroutine only when the check may wait: mitmproxy awaits what a hook returns.)"""
         watched = self.watched(flow.client_conn)
         if watched is not None:
             watched.head_done()
-        await self.check_head(flow)
+        return self.check_head(flow)
 
-    async def check_head(self, flow: http.HTTPFlow) -> None:
+    def check_head(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """Before the body is read (front/guard.py): answers to wrong credentials are held back, a
-        head over the limits gets 431, a CONNECT to a refused destination 403."""
+        head over the limits gets 431, a CONNECT to a refused destination 403. A coroutine to
+        await when the check may wait (credentials held back, a destination looked up), else
+        None: the check is done."""
         request = flow.request
         # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
         wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers
+        credentials = wrong or "proxyauth" in flow.metadata
+        data = request.data
+        if wrong or self.guard.waits_on_head(data.method, credentials, flow.client_conn.peername):
+            return self._check_head_waiting(flow, wrong, credentials)
+        self._head_checked(flow, self.guard.head_refusal(data.method, data.path, data.headers.fields))
+        return None
+
+    async def _check_head_waiting(self, flow: http.HTTPFlow, wrong: bool, credentials: bool) -> None:
+        request = flow.request
         refusal = await self.guard.check_head(
             method=request.data.method, target=request.data.path, host=request.host, port=request.port,
             fields=request.headers.fields,
             client=flow.client_conn.peername, local=flow.client_conn.sockname,
-            credentials=wrong or "proxyauth" in flow.metadata, auth_failed=wrong)
+            credentials=credentials, auth_failed=wrong)
+        self._head_checked(flow, refusal)
+
+    def _head_checked(self, flow: http.HTTPFlow, refusal: Refusal | None) -> None:
+        request = flow.request
         if refusal is not None and flow.response is None:
             flow.response = error_response(refusal.status, refusal.message)
             if refusal.closes:
@@ -216,10 +237,8 @@ class StbAddon:
         """The request's session string (its name, trial and fork: forensics/naming.py), and
         its header fields without the naming ones, which are removed from the flow so that
         they never travel on."""
-        headers = header_items(flow)
-        spec = session_spec(naming_text(headers), headers)
-        names = {key.lower() for key, _ in headers}
-        if names & NAMING_HEADERS or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None):
+        headers, spec, strips = self.header_facts(flow)
+        if strips:
             for name in (SESSION_HEADER, TRIAL_HEADER, FORK_HEADER):
                 flow.request.headers.pop(name, None)
             if proxy_user(headers) is not None:
@@ -227,6 +246,24 @@ class StbAddon:
             headers = header_items(flow)
         fallback = self._tunnel_sessions.get(flow.client_conn.id) or self.open_runtime().session
         return self.in_scope(flow, completed(spec, fallback), headers), headers
+
+    def header_facts(self, flow: http.HTTPFlow) -> tuple[tuple[tuple[str, str], ...], str | None, bool]:
+        """The request's header fields as text, the session they name (session_spec) and whether
+        naming fields are to be removed from the flow: worked out once for the same fields
+        object (a head the fast lane read before: plain_http.py), while it is remembered (small
+        heads only; the memo holds the object, so its id is its own)."""
+        fields = flow.request.headers.fields
+        known = self._header_facts.get(id(fields))
+        if known is not None and known[0] is fields:
+            return known[1]
+        headers = header_items(flow)
+        spec = session_spec(naming_text(headers), headers)
+        names = {key.lower() for key, _ in headers}
+        strips = bool(names & NAMING_HEADERS) or (PROXY_AUTHORIZATION in names and proxy_user(headers) is not None)
+        facts = (headers, spec, strips)
+        if len(fields) <= 64 and sum(len(name) + len(value) for name, value in fields) <= HEAD_MEMO_MAX:
+            self._header_facts.put(id(fields), (fields, facts))
+        return facts
 
     def in_scope(self, flow: http.HTTPFlow, session: str, headers) -> str:
         """The session string with the request's user (whose sessions are its own) and view
@@ -248,8 +285,11 @@ class StbAddon:
         if addressed_to_proxy(flow):
             flow.response = await self.own_endpoint(flow)
             return
-        refusal = await self.guard.check_request(flow.request.host, flow.request.raw_content or b"",
-                                                 flow.request.headers.get("content-type"))
+        body = flow.request.raw_content or b""
+        if self.guard.rules.active:  # destinations are checked (a name may be looked up)
+            refusal = await self.guard.check_request(flow.request.host, body, flow.request.headers.get("content-type"))
+        else:
+            refusal = self.guard.body_refusal(body, flow.request.headers.get("content-type")) if body else None
         if refusal is not None:  # a refused destination (403), a body nested too deep (422)
             flow.response = error_response(refusal.status, refusal.message)
             return
@@ -315,7 +355,7 @@ class StbAddon:
             if flow.request.method != "POST":
                 return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             if named_session:
-                headers = header_items(flow)
+                headers = self.header_facts(flow)[0]
                 session = self.in_scope(flow, completed(named_session, self.open_runtime().session), headers)
             else:
                 session, headers = self.session_for(flow)
