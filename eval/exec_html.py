@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from .exec_report import table
-from .html_report import esc
+from .html_text import esc
 
 MAX_SHOWN = 4000  # characters of an answer shown; the run folder has more
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .exec_score import NO_ANSWER, STATUSES
-from .report import SUMMARY, markdown
+from .tables import SUMMARY, markdown
 
 if TYPE_CHECKING:  # a report reads run folders without loading the runner (and httpx)
     from .exec_run import ExecRun

@@ -18,7 +18,9 @@ import math
 import re
 from typing import Any, Iterable
 
+from .exec_html import exec_sections
 from .html_assets import CSS, SCRIPT
+from .html_text import esc
 
 # Where a call's answer came from: the same colour in the legend, the rows and the steps.
 SOURCE_COLORS = {"upstream": "#2563eb", "cache": "#0d9488", "simulated": "#7c3aed", "injected": "#db2777",
@@ -33,15 +35,9 @@ SORTS = (("id-asc", "Id (ascending)"), ("id-desc", "Id (descending)"), ("steps-a
          ("steps-desc", "Steps (most first)"))
 
 _JSON_UNSAFE = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 # -- text ----------------------------------------------------------------------------------
-
-def esc(value: Any) -> str:
-    """Text for HTML (content or a quoted attribute); a lone surrogate becomes U+FFFD."""
-    return html.escape(_SURROGATES.sub("\ufffd", "" if value is None else str(value)), quote=True)
-
 
 def embed_json(value: Any) -> str:
     """JSON for a ``<script type="application/json">`` block: nothing in it can end the
@@ -509,12 +505,6 @@ def _query_section(main: dict, has_baseline: bool, rounds: int) -> str:
 
 # -- the page ------------------------------------------------------------------------------
 
-def _exec_sections(runs: list[dict]) -> str:
-    from .exec_html import exec_sections  # it uses this module's esc
-
-    return exec_sections(runs)
-
-
 def render(document: dict) -> str:
     """The complete HTML page of a report document."""
     doc = _dict(document)
@@ -543,7 +533,7 @@ def render(document: dict) -> str:
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
         f'<header class="top"><div class="brand">stbeval report</div><h1>{esc(title)}</h1></header><main>',
         _summary(runs, baseline, colors),
-        _exec_sections(runs),
+        exec_sections(runs),
         # An exec run lists items, not queries: its (empty) query list stays for the script, hidden.
         _query_section(main, baseline is not None, rounds) if main.get("kind") != "exec"
         else f"<div hidden>{_query_section(main, baseline is not None, rounds)}</div>",

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .model import main_path
+from .tables import SUMMARY, markdown, to_csv
 from .errors import InputError
+from .exec_report import text as exec_text
 from .passrate import AVERAGE, PassRate
 from .report_queries import QUERIES_FILE, query_record, write_queries
 from .solvable import Solvable
@@ -26,7 +28,6 @@ from .trials import OVERALL, PASSED, Trials, left_out_why
 from .winrate import WinRate
 
 PAPER_GROUPS = ("G1_instruction", "G1_category", "G1_tool", "G2_instruction", "G2_category", "G3_instruction")
-SUMMARY = "summary.json"
 COUNT_COLUMNS = ("Solved", "Unsure", "Unsolved", "unscored", "missing", "no_judge")
 
 
@@ -40,22 +41,6 @@ def ordered_groups(names: Iterable[str]) -> list[str]:
     """The paper's group order first, any other groups after in the order given."""
     names = list(dict.fromkeys(names))
     return [g for g in PAPER_GROUPS if g in names] + [g for g in names if g not in PAPER_GROUPS]
-
-
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    def line(values: list[str]) -> str:
-        return "| " + " | ".join(str(v).ljust(w) for v, w in zip(values, widths)) + " |"
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in rows)])
-
-
-def to_csv(header: list[str], rows: list[list[Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return out.getvalue()
 
 
 # --- summaries ------------------------------------------------------------------------
@@ -255,7 +240,6 @@ def render(summaries: list[dict[str, Any]]) -> str:
         if s["kind"] == "solvable":
             parts.append(f"Solvable tasks (majority of {', '.join(s['models'])})\n\n" + markdown(*solvable_table(s)))
         if s["kind"] == "exec":
-            from .exec_report import text as exec_text  # eval exec's tables (that module imports this one)
             parts.append(exec_text(s).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
