@@ -1,5 +1,6 @@
 """What users see of the commands stays as it is through refactors: every command's --help
-text and the environment variable of every option, compared with tests/cli_surface.txt.
+text and the environment variable of every option, and the addon's mitmproxy options
+(under mitmdump: name, type, default, help), compared with tests/cli_surface.txt.
 
 A change meant for users updates the file on purpose:
 ``STB_WRITE_CLI_SURFACE=1 python -m pytest tests/test_cli_surface.py``, and the diff is
@@ -44,7 +45,19 @@ def surface() -> str:
                          if isinstance(param, click.Option) and param.envvar)
         parts.append("\n".join([f"=== stbproxy {' '.join(path)}".rstrip(), shown.output.rstrip(),
                                 "--- environment", *envvars]))
+    parts.append("\n".join(["=== mitmdump -s addons/stbproxy_addon.py: the stb_ options", *addon_options()]))
     return "\n\n".join(parts) + "\n"
+
+
+def addon_options() -> list[str]:
+    from mitmproxy import optmanager
+
+    from stbproxy.mitm.addon import StbAddon
+
+    options = optmanager.OptManager()
+    StbAddon().load(options)
+    return [f"{name}: {option.typespec!r} = {option.default!r}\n  {option.help}"
+            for name, option in sorted(options._options.items())]
 
 
 def test_every_command_s_help_and_environment_variables_are_as_recorded():
