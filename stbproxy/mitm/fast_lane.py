@@ -30,7 +30,7 @@ from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import make_error_response
 
 from stbproxy.mitm.plain_http import MAX_BODY, MAX_HEAD, METHOD_START, Replayed, closes, connect_request, head_end, \
-    plain_request, response_bytes
+    plain_request, response_bytes, response_names
 from stbproxy.mitm.streaming import LANE, STREAM, ClientWriter, carry, chunked_head
 from stbproxy.mitm.tunnel_lane import Tunnel
 
@@ -165,12 +165,12 @@ class FastLane:
         flow.metadata[LANE] = True  # the addon may hand over a body still arriving (streaming.py)
         flow.request = request
         await self.fire(HttpRequestHeadersHook, flow)
-        if await self.killed(flow):
+        if flow.error is not None and await self.killed(flow):  # (no coroutine for a live flow)
             return False
         request.data.content = body
         request.timestamp_end = time.time()
         await self.fire(HttpRequestHook, flow)
-        if await self.killed(flow):
+        if flow.error is not None and await self.killed(flow):  # (no coroutine for a live flow)
             return False
         response = flow.response
         if response is None:  # mitmproxy would go upstream; every stbproxy request is answered by its addon
@@ -179,17 +179,17 @@ class FastLane:
             return False
         response.timestamp_end = time.time()
         await self.fire(HttpResponseHook, flow)
-        if await self.killed(flow):
+        if flow.error is not None and await self.killed(flow):  # (no coroutine for a live flow)
             return False
         stream = flow.metadata.pop(STREAM, None)
         if stream is not None:
             head = chunked_head(flow.response)
             keep_open = await carry(stream, head, writer, lambda: client_says(READ_SIZE))
             flow.live = False
-            names = {name.lower() for name, _ in flow.response.headers.fields}
+            names = response_names(flow.response)
             return keep_open and not closes(request, flow.response, names)
         flow.live = False
-        names = {name.lower() for name, _ in flow.response.headers.fields}
+        names = response_names(flow.response)
         writer.write(response_bytes(flow.response, names))
         return not closes(request, flow.response, names)
 

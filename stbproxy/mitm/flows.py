@@ -110,7 +110,14 @@ class Prebuilt:
                                            made.headers.fields, made.raw_content))
             return made
         now = time.time()
-        return http.Response(parts[1], parts[2], parts[3], http.Headers(parts[4]), parts[5], None, now, now)
+        # http.Response(...) with what its construction made already (bytes, checked fields):
+        # its conversions and Headers' checks would only repeat themselves
+        headers = http.Headers.__new__(http.Headers)
+        headers.fields = parts[4]
+        response = http.Response.__new__(http.Response)
+        response.data = http.ResponseData(http_version=parts[1], status_code=parts[2], reason=parts[3], headers=headers,
+                                          content=parts[5], trailers=None, timestamp_start=now, timestamp_end=now)
+        return response
 
 
 

@@ -39,6 +39,7 @@ _TARGET_AUTHORITIES: Recent[tuple] = Recent(256)
 _HEADS: Recent[tuple] = Recent(1024)
 MEMO_MAX_HEAD = 2048
 _NOT_PLAIN = ("not plain",)
+_RESPONSE_HEADS: Recent[tuple] = Recent(1024)  # response heads written before, by fields object
 
 
 class Replayed:
@@ -229,9 +230,29 @@ def _authority(value: bytes) -> tuple[str, int | None] | None:
     return None if known is _INVALID else known
 
 
-def response_bytes(response: http.Response, names: set[bytes]) -> bytes:
+def response_names(response: http.Response) -> frozenset[bytes]:
+    """The response's lower-cased field names, with its head as mitmproxy's HTTP/1 server
+    writes it (``http1.assemble_response_head``: its status line and fields) made once for
+    the same fields object (a recent hit's: flows.Prebuilt), while it is remembered."""
+    return _response_head(response)[1]
+
+
+def _response_head(response: http.Response) -> tuple[bytes, frozenset[bytes]]:
+    data = response.data
+    fields = data.headers.fields
+    known = _RESPONSE_HEADS.get(id(fields))
+    if (known is not None and known[0] is fields and known[1] == data.status_code and known[2] == data.reason
+            and known[3] == data.http_version):
+        return known[4]
+    made = (http1.assemble_response_head(response), frozenset(name.lower() for name, _ in fields))
+    if len(made[0]) <= MEMO_MAX_HEAD:  # (the memo holds the fields object, so its id is its own)
+        _RESPONSE_HEADS.put(id(fields), (fields, data.status_code, data.reason, data.http_version, made))
+    return made
+
+
+def response_bytes(response: http.Response, names: set[bytes] | frozenset[bytes]) -> bytes:
     """The response as mitmproxy's HTTP/1 server writes it (``names``: its lower-cased field names)."""
-    head = http1.assemble_response_head(response)
+    head = _response_head(response)[0]
     content = response.raw_content or b""
     if b"transfer-encoding" not in names or "chunked" not in response.headers.get("transfer-encoding", "").lower():
         return head + content
