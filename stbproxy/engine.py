@@ -61,7 +61,7 @@ from stbproxy.redact import bounded_url, redact_request, redact_response, redact
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import LIVE, Call, Kinds
-from stbproxy.sessions import SessionRecord
+from stbproxy.sessions import stored_record
 from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
 from stbproxy.store.contract import EngineStore
 from stbproxy.store.write_failures import WriteFailures
@@ -592,17 +592,18 @@ class Engine:
                                         dict(answer.meta))
             except StoreError:
                 record_key, failed = None, True
-        # A record that points at a stored exchange needs no URL of its own (SessionRecord.to_stored).
+        # A record that points at a stored exchange needs no URL of its own (sessions.stored_record).
         url = "" if record_key else redact_url(call.request, self.config.rules)
         origin = answer.stored_source.value if source is Source.CACHE and answer.stored_source else ""
         error = str(answer.meta.get("error_kind", "")) if source is Source.ERROR else ""
         # An answer kept apart (a copy under log/) names the call it answered, for ordered replay.
         answered = call.key if record_key and record_key != call.key and call.key else ""
-        record = SessionRecord(0, self.clock(), call.request.method, url, answer.response.status, source.value,
+        # (a SessionRecord's stored form, made without the record: this runs on every request)
+        record = stored_record(self.clock(), call.request.method, url, answer.response.status, source.value,
                                record_key or "", round(seconds, 6), origin, error, _tool_of(call), answered,
-                               dict(answer.note))
+                               answer.note)
         try:
-            self.store.append_session(session, record.to_stored())
+            self.store.append_session(session, record)
         except StoreError as exc:
             self.write_failures.record(f"the log of session {session}", str(exc))
             failed = True

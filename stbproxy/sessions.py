@@ -18,6 +18,7 @@ import hashlib
 import re
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
@@ -127,28 +128,38 @@ class SessionRecord:
         return asdict(self)
 
     def to_stored(self) -> dict:
-        """The record as the store keeps it. When ``key`` names a stored exchange, which holds
-        the request and its status already, only that reference with the time, source and
-        duration (about half the size: this is written once per request, hits included);
-        otherwise the whole record. The sequence number is part of the store key."""
-        stored = {"time": self.time, "source": self.source, "key": self.key, "seconds": self.seconds}
-        if not self.key:
-            stored.update(method=self.method, url=self.url, status=self.status)
-        if self.origin:
-            stored["origin"] = self.origin
-        if self.error:
-            stored["error"] = self.error
-        if self.tool:
-            stored["tool"] = self.tool
-        if self.call:
-            stored["call"] = self.call
-        stored.update(self.facts)
-        return stored
+        """The record as the store keeps it (stored_record)."""
+        return stored_record(self.time, self.method, self.url, self.status, self.source, self.key, self.seconds,
+                             self.origin, self.error, self.tool, self.call, self.facts)
 
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
         """A record from its dict; the fields added later (origin, error, tool) may be absent."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data and name != "facts"})
+
+
+def stored_record(when: float, method: str, url: str, status: int, source: str, key: str, seconds: float,
+                  origin: str = "", error: str = "", tool: str = "", call: str = "",
+                  facts: Mapping | None = None) -> dict:
+    """A SessionRecord (its fields but the sequence number, which is part of the store key)
+    as the store keeps it. When ``key`` names a stored exchange, which holds the request and
+    its status already, only that reference with the time, source and duration (about half
+    the size: this is written once per request, hits included); otherwise the whole record.
+    The engine makes it without a SessionRecord on every request."""
+    stored = {"time": when, "source": source, "key": key, "seconds": seconds}
+    if not key:
+        stored.update(method=method, url=url, status=status)
+    if origin:
+        stored["origin"] = origin
+    if error:
+        stored["error"] = error
+    if tool:
+        stored["tool"] = tool
+    if call:
+        stored["call"] = call
+    if facts:
+        stored.update(facts)
+    return stored
 
 
 def expand_record(stored: dict, seq: int) -> dict:
