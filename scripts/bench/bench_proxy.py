@@ -56,7 +56,7 @@ from scripts.bench import hitstores  # noqa: E402
 from scripts.bench.hitbench import (  # noqa: E402
     BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, interleaved, lean_subject,
     mitmdump_subject, stbproxy_subject, verdict, workers_speedup)
-from scripts.common import HOST, child_env, free_port, run_in_workdir  # noqa: E402
+from scripts.common import HOST, child_env, free_port, median, run_in_workdir  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 READY_RE = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
@@ -64,6 +64,8 @@ CPU_TARGET = {"plain": 0.45, "https": 0.6}  # ms of server CPU per hit
 RATIO_TARGET = 0.5  # of the baseline's CPU per request
 ADDED_P50_TARGET = 0.6  # ms over a direct call, concurrency 1
 WORKERS_TARGET = 1.7  # req/s of --workers 2 over one worker
+BEFORE_TARGET = 0.8  # CPU per hit over the release before's (--before), at every concurrency (issue 43)
+HTTPS_TARGET = 1.5  # CPU per HTTPS keep-alive hit over a plain one
 
 
 # What the upstream serves (reliability.py serves and checks the same).
@@ -219,16 +221,24 @@ def summarize(args, matrix: Matrix, top: int) -> None:
         print(f"{path}: CPU per hit at concurrency {top}: {cpu:.3f} ms (target <= {CPU_TARGET[path]} ms: "
               f"{verdict(cpu <= CPU_TARGET[path])}); {cpu / base:.2f} of mitmdump + dict's {base:.3f} ms "
               f"(target <= {RATIO_TARGET}: {verdict(cpu / base <= RATIO_TARGET)})")
+    if not args.workers_only:
+        for concurrency in args.concurrency:
+            pairs = zip(matrix.runs[("https", "stbproxy", concurrency)], matrix.runs[("plain", "stbproxy", concurrency)])
+            tls = median(https["cpu_ms"] / plain["cpu_ms"] for https, plain in pairs)
+            print(f"https / plain: CPU per keep-alive hit at concurrency {concurrency}: {tls:.2f} (median of the "
+                  f"repeats' ratios; target <= {HTTPS_TARGET}: {verdict(tls <= HTTPS_TARGET)})")
     for path in ("plain", "https"):
         lane = matrix.paired_ratio(path, "stbproxy", MITMPROXY_PATH, top, "cpu_ms")
         print(f"{path}: CPU per hit with the fast lane / without (--no-fast-lane) at concurrency {top}: "
               f"{cpu_of(matrix, path, top):.3f} vs {matrix.get(path, MITMPROXY_PATH, top, 'cpu_ms'):.3f} ms: "
               f"{lane:.2f} (median of the repeats' ratios)")
         if args.before:
-            before = matrix.get(path, BEFORE, top, "cpu_ms")
-            ratio = matrix.paired_ratio(path, "stbproxy", BEFORE, top, "cpu_ms")
-            print(f"{path}: CPU per hit against {args.before} at concurrency {top}: {cpu_of(matrix, path, top):.3f} "
-                  f"vs {before:.3f} ms: {ratio:.2f} (median of the repeats' ratios)")
+            for concurrency in args.concurrency:
+                before = matrix.get(path, BEFORE, concurrency, "cpu_ms")
+                ratio = matrix.paired_ratio(path, "stbproxy", BEFORE, concurrency, "cpu_ms")
+                print(f"{path}: CPU per hit against {args.before} at concurrency {concurrency}: "
+                      f"{cpu_of(matrix, path, concurrency):.3f} vs {before:.3f} ms: {ratio:.2f} (median of the "
+                      f"repeats' ratios; target <= {BEFORE_TARGET}: {verdict(ratio <= BEFORE_TARGET)})")
         print(f"{path}: mitmproxy's own share: the lean master with a dict answers at "
               f"{matrix.get(path, LEAN, top, 'cpu_ms'):.3f} ms of CPU per request at concurrency {top}")
     if 1 in args.concurrency:

@@ -57,6 +57,7 @@ TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50
 CPU_TARGET = 0.45  # ms of server CPU per hit
 BASELINE_TARGET = 0.5  # of the baseline's CPU per request
 WORKERS_TARGET = 1.7
+BEFORE_TARGET = 0.8  # CPU per hit over the release before's (--before), at every concurrency (issue 43)
 
 
 def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
@@ -141,10 +142,13 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     print(f"virtual: CPU per hit with the fast lane / without (--no-fast-lane) at concurrency {top}: {cpu:.3f} vs "
           f"{matrix.get('virtual', MITMPROXY_PATH, top, 'cpu_ms'):.3f} ms: {lane:.2f} (median of the repeats' ratios)")
     if args.before:
-        before = matrix.get("virtual", BEFORE, top, "cpu_ms")
-        ratio = matrix.paired_ratio("virtual", "stbproxy", BEFORE, top, "cpu_ms")
-        print(f"virtual: CPU per hit against {args.before} at concurrency {top}: {cpu:.3f} vs {before:.3f} ms: "
-              f"{ratio:.2f} (median of the repeats' ratios)")
+        for concurrency in args.concurrency:
+            mine = matrix.get("virtual", "stbproxy", concurrency, "cpu_ms")
+            before = matrix.get("virtual", BEFORE, concurrency, "cpu_ms")
+            ratio = matrix.paired_ratio("virtual", "stbproxy", BEFORE, concurrency, "cpu_ms")
+            print(f"virtual: CPU per hit against {args.before} at concurrency {concurrency}: {mine:.3f} vs "
+                  f"{before:.3f} ms: {ratio:.2f} (median of the repeats' ratios; target <= {BEFORE_TARGET}: "
+                  f"{verdict(ratio <= BEFORE_TARGET)})")
     print(f"virtual: mitmproxy's own share: the lean master with a dict answers at "
           f"{matrix.get('virtual', LEAN, top, 'cpu_ms'):.3f} ms of CPU per request")
     cold_cpu = matrix.get("virtual", cold.name, top, "cpu_ms")
