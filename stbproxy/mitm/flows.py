@@ -22,6 +22,8 @@ from stbproxy.recent import Recent
 log = logging.getLogger("stbproxy")
 
 PREBUILT_ENTRIES = 4096  # response heads of recent hits, ready to send
+URL_MEMO_MAX = 2048  # targets longer than this are not remembered (request_url)
+_URLS: Recent[str] = Recent(4096)
 
 
 # -- conversions ------------------------------------------------------------------------
@@ -39,10 +41,23 @@ def request_from_flow(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...] 
     req = flow.request
     return Request(
         method=req.method,
-        url=req.url,
+        url=request_url(req),
         headers=without_hop_by_hop(header_items(flow) if headers is None else headers),
         body=req.raw_content or b"",
     )
+
+
+def request_url(request: http.Request) -> str:
+    """``request.url``, remembered for the scheme, host, port and target it is made of (but
+    for CONNECT, whose URL is its authority): a client asks the same URLs again and again."""
+    data = request.data
+    if data.method == b"CONNECT" or len(data.path) > URL_MEMO_MAX:
+        return request.url
+    key = (data.scheme, data.host, data.port, data.path)
+    url = _URLS.get(key)
+    if url is None:
+        url = _URLS.put(key, request.url)
+    return url
 
 
 def response_to_mitm(response: Response) -> http.Response:
