@@ -15,7 +15,7 @@ LAYERS = {
     "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1, "multipart": 1, "yaml_text": 1,
     "keys": 2, "redact": 2, "traffic": 2, "kinds": 2, "mcp": 2, "openapi": 2, "json_schema": 2, "misses": 2, "sessions": 2, "forgetting": 2, "provenance": 2,
     "store": 3, "client_env": 3, "sim": 3, "sim.simulation": 2, "sim.schema": 2, "sim.from_schema": 2, "upstream": 3, "private_files": 3, "trust_bundle": 3,
-    "engine": 4, "settings": 4, "runtime": 4,
+    "engine": 4, "settings": 4, "serve_options": 4, "runtime": 4,
     "mitm": 5, "cli": 5, "pytest_plugin": 5, "serve_process": 5,
     "__main__": 6, "__init__": 0,
     "front": 4, "front.limits": 2, "front.auth_throttle": 2, "front.destinations": 3,

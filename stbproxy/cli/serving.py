@@ -16,175 +16,73 @@ from stbproxy.cli.common import (ByteSize, confdir_option, fail, log, missing_ro
                                   store_option)
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
-from stbproxy.front.limits import default_max_connections
 from stbproxy.models import Mode
+from stbproxy.serve_options import SETTINGS, Setting, addon_options, flag_of
+
+
+def setting_options(first: str, last: str):
+    """The command-line options of the settings from ``first`` to ``last``, in SETTINGS' order
+    (serve_options.py: each declared there once)."""
+    fields = [setting.field for setting in SETTINGS]
+    chosen = [s for s in SETTINGS[fields.index(first):fields.index(last) + 1] if s.cli is not None]
+
+    def decorate(command):
+        for setting in reversed(chosen):
+            command = _click_option(setting)(command)
+        return command
+
+    return decorate
+
+
+def _param_of(setting: Setting) -> str:
+    """The click parameter of a setting: its flag's name (--secret-field: secret_field)."""
+    return setting.flag_name.split("/")[0].lstrip("-").replace("-", "_") if setting.cli else setting.field
+
+
+def _click_option(setting: Setting):
+    cli = setting.cli
+    kwargs: dict = {"default": cli.default, "help": setting.help}
+    if cli.multiple:
+        kwargs["multiple"] = True
+    if cli.metavar:
+        kwargs["metavar"] = cli.metavar
+    if cli.show_default is not None:
+        kwargs["show_default"] = cli.show_default
+    declarations = [setting.flag_name]
+    if cli.kind == "flag":
+        if cli.negative:
+            declarations = [f"{setting.flag_name}/{cli.negative}"]
+        else:
+            kwargs["is_flag"] = True
+            kwargs.pop("default")
+    elif cli.kind == "choice":
+        kwargs["type"] = click.Choice(list(cli.choices))
+    elif cli.kind == "int":
+        kwargs["type"] = click.IntRange(cli.low, cli.high) if (cli.low, cli.high) != (None, None) else int
+    elif cli.kind == "float":
+        kwargs["type"] = click.FloatRange(cli.low, cli.high, min_open=cli.low_open)
+    elif cli.kind == "bytes":
+        kwargs["type"] = ByteSize()
+    elif cli.kind in ("file", "folder"):
+        kwargs["type"] = click.Path(exists=cli.exists, file_okay=cli.kind == "file", dir_okay=cli.kind == "folder",
+                                    path_type=Path if cli.path_type else None)
+    return click.option(*declarations, **kwargs)
 
 
 @click.command()
-@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None, show_default="virtual; replay with --cassette",
-              help="virtual: store, else the real API, else the simulator; record: always the real API, "
-                   "storing what comes back; replay: the store only, never the network; verify: always the "
-                   "real API, compared with the stored answer, which is what the client gets ('stbproxy drift').")
+@setting_options("mode", "mode")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. A non-loopback address needs --proxy-auth.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               help="Port to listen on (0 picks a free one).")
 @store_option
-@click.option("--passthrough", multiple=True, metavar="HOST",
-              help="Host glob always forwarded, never answered from the store (e.g. an LLM "
-                   "provider); its exchanges are still logged, redacted. Repeatable.")
-@click.option("--secret-field", multiple=True, metavar="NAME",
-              help="Extra query/body field that is secret (redacted, never keyed). Repeatable.")
-@click.option("--secret-header", multiple=True, metavar="NAME", help="Extra secret header. Repeatable.")
-@click.option("--not-secret-field", multiple=True, metavar="NAME",
-              help="A default secret field that is an ordinary argument here (kept and keyed), e.g. token. "
-                   "Repeatable.")
-@click.option("--not-secret-header", multiple=True, metavar="NAME",
-              help="A default secret header that is kept here. Repeatable.")
-@click.option("--volatile-field", multiple=True, metavar="NAME",
-              help="Query/body field left out of keys (timestamps, nonces). Repeatable.")
-@click.option("--max-body", type=ByteSize(), default="10MiB", show_default=True,
-              help="Larger bodies are forwarded but not stored.")
-@click.option("--upstream-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
-              help="Seconds to wait for the real API before it counts as unavailable.")
-@click.option("--upstream-ca", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Extra CA bundle trusted for upstream TLS.")
-@click.option("--upstream-insecure", is_flag=True, help="Do not verify upstream TLS certificates.")
-@click.option("--upstream-proxy", default=None, metavar="URL", help="Outbound proxy for real API calls.")
+@setting_options("passthrough", "upstream_proxy")
 @confdir_option
 @click.option("--proxy-auth", default=None, metavar="USER:PASS|@HTPASSWD",
               help="Require proxy authentication (mandatory off loopback; repeated wrong passwords "
                    "from one address are slowed down): one user, or the users of an htpasswd file "
                    "(@FILE), each of whom sees only what it recorded (--views).")
-@click.option("--allow-host", multiple=True, metavar="GLOB",
-              help="Destination host always allowed, even a private address on an exposed proxy; wins "
-                   "over --deny-host. Repeatable.")
-@click.option("--deny-host", multiple=True, metavar="GLOB",
-              help="Destination host refused with 403. With --host beyond loopback, private and loopback "
-                   "destinations are refused unless allowed. Repeatable.")
-@click.option("--max-headers", type=click.IntRange(1), default=100, show_default=True,
-              help="Requests with more header fields are answered 431.")
-@click.option("--max-header-bytes", type=ByteSize(), default="64KiB", show_default=True,
-              help="Requests whose header fields take more bytes are answered 431.")
-@click.option("--max-request-body", type=ByteSize(), default="32MiB", show_default=True,
-              help="Requests with a larger body are answered 413 before the body is read.")
-@click.option("--max-upstream-body", type=ByteSize(), default="64MiB", show_default=True,
-              help="A real API's answer larger than this, on the wire or decoded (a compression bomb), is read "
-                   "no further and answered 502, never stored.")
-@click.option("--head-timeout", type=click.FloatRange(0, 3600, min_open=True), default=30, show_default=True,
-              metavar="SECONDS", help="A request's line and header fields must arrive within this time of its "
-                                      "first byte; a slower connection is closed.")
-@click.option("--idle-timeout", type=click.FloatRange(0, 3600, min_open=True), default=120, show_default=True,
-              metavar="SECONDS", help="A connection waiting this long for its next request is closed.")
-@click.option("--max-connections", type=click.IntRange(1), default=None, metavar="N",
-              help="Most open client connections per process; more are answered 503 and closed "
-                   "[default: 4096, less where the open-file limit is lower].")
-@click.option("--session", default=None, metavar="NAME",
-              help="Session of requests that name none (by the proxy URL's user, http://NAME@host:port, "
-                   "or an X-Stb-Session header) [default: one per run, serve-<time>].")
-@click.option("--cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Replay this vcrpy cassette (YAML or JSON) instead of the store, which stays untouched.")
-@click.option("--ordered", is_flag=True,
-              help="The n-th request with the same key gets the n-th recorded answer: of the --cassette, or of "
-                   "the store's session of the same name (past its end: the last one), so polling replays "
-                   "as recorded.")
-@click.option("--fork", default=None, metavar="SESSION@K",
-              help="Every other session starts as a fork of the recorded SESSION: its first K calls are "
-                   "answered from it in order, then the mode decides (per session: X-Stb-Fork header, or "
-                   "';fork=SESSION@K' after the session's name).")
-@click.option("--update", is_flag=True,
-              help="With --mode verify: a real answer that changed replaces the stored one (the old one is "
-                   "kept as history).")
-@click.option("--drift-ignore", multiple=True, metavar="RULE",
-              help="With --mode verify: what differs on every call and is no drift: path:GLOB (a JSON pointer "
-                   "glob), value:REGEX, optionally after '@HOST_OR_API_GLOB '. Repeatable.")
-@click.option("--drift-defaults/--no-drift-defaults", default=True, show_default=True,
-              help="With --mode verify: also ignore the usual timestamp and request-id members.")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="With --cassette: write a JSON report (played, never played, not in the cassette) at shutdown.")
-@click.option("--allow-empty", is_flag=True,
-              help="With --mode replay: start even when the store does not exist or holds no entries (every "
-                   "request is then a miss) [default: refuse, since nothing could be replayed].")
-@click.option("--validity", type=click.Choice(["auto", "stb", "strict", "schema"]), default="auto", show_default=True,
-              help="Which real answers are valid. auto: StableToolBench's rules (check_result, substring "
-                   "tests) for /virtual calls and calls the catalog routes to an API, the status-based strict "
-                   "rule for any other HTTP; stb or strict: that policy for all traffic; schema: auto, and "
-                   "a real answer to an OpenAPI operation that breaks its documented schema is invalid too "
-                   "(by default it is kept and reported as drift by 'stbproxy check').")
-@click.option("--keep-status", "keep_status", multiple=True, metavar="CODES",
-              help="4xx statuses (comma-separated, repeatable: --keep-status 404,410) whose real answers are "
-                   "kept as real, stored with origin upstream and served, where virtual mode would replace them "
-                   "with simulated ones [default: none; a 4xx an imported OpenAPI document lists is kept "
-                   "anyway]. 408 and 429 never are.")
-@click.option("--stb-keys", type=click.Choice(["exact", "canonical"]), default="exact", show_default=True,
-              help="How StableToolBench calls (/virtual, and calls the catalog routes) are keyed. exact: as "
-                   "StableToolBench's server looks them up, by the arguments' text, so {\"id\": 294} misses an "
-                   "entry cached under {'id': '294'} and arguments in another order miss too; canonical: "
-                   "arguments compared as text in any order, so both hit (more hits, other observations than "
-                   "StableToolBench's; docs/stabletoolbench.md). A store is made under one of them: "
-                   "'import stb-cache' takes the same option.")
-@click.option("--views", type=click.Choice(["auto", "shared", "user", "credential"]), default="auto",
-              show_default=True,
-              help="Who sees which stored answers. shared: every client sees all (one user's benchmark: a "
-                   "rotated API key still hits); user: each --proxy-auth user sees what it recorded, and its "
-                   "sessions are its own; credential: also a view per credential a request carries (Authorization "
-                   "and the other secret headers); auto: user behind --proxy-auth, else shared. An imported "
-                   "cache is seen from every view (docs/security.md).")
-@click.option("--refresh-simulated", is_flag=True,
-              help="Virtual mode: when a stored answer was simulated (the API was down or invalid), ask the "
-                   "real API again (at most once a minute per answer); a valid real answer replaces the "
-                   "simulated one, anything else leaves it.")
-@click.option("--faults", "faults", multiple=True, metavar="SPEC",
-              help="Inject failures, e.g. down=0.2, status=503,p=0.1,tool=weather*, timeout,api=*search*, "
-                   "latency=lognormal:200ms:0.5. Repeatable.")
-@click.option("--fault-seed", type=int, default=0, show_default=True,
-              help="The same seed fails the same tools and requests on every run and machine.")
-@click.option("--catalog", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Catalog file [default: catalog.json in the store's folder, written by 'stbproxy import tools'].")
-@click.option("--toolbench-url", default=None, metavar="URL",
-              help="A ToolBench-style server for the real calls behind /virtual "
-                   "(else the API's URL from the catalog; a RapidAPI URL only with $STBPROXY_RAPIDAPI_KEY).")
-@click.option("--mcp", "mcp", multiple=True, metavar="NAME=URL",
-              help="Answer the MCP server at URL at this proxy's own http://HOST:PORT/mcp/NAME, for MCP clients "
-                   "that ignore proxy variables (the same store entries as through the proxy). Repeatable.")
-@click.option("--simulator", type=click.Choice(["auto", "llm", "mirrorapi", "schema", "off"]), default="auto",
-              show_default=True,
-              help="Who answers when the real API cannot: an LLM (any OpenAI-compatible endpoint: "
-                   "OPENAI_BASE_URL, OPENAI_API_KEY), StableToolBench's trained MirrorAPI model behind such an "
-                   "endpoint (with --stb-dir or --sim-system-prompt), the offline schema simulator, or nobody "
-                   "(a clear error). auto: llm when an LLM is configured, else schema.")
-@click.option("--sim-model", default=None, help="The simulator's model.")
-@click.option("--sim-temperature", type=click.FloatRange(0, 2), default=None,
-              help="The simulator LLM's sampling temperature (0: the same call gets the same answer, "
-                   "as far as the backend allows) [default: 0; 0.1 with mirrorapi, as StableToolBench's "
-                   "MirrorAPI configuration].")
-@click.option("--sim-max-tokens", type=click.IntRange(1), default=None,
-              help="Most tokens the simulator LLM may write per answer [default: 1024 with llm, as "
-                   "StableToolBench's server asks; mirrorapi always asks 2048, as its MirrorAPI server does].")
-@click.option("--sim-seed", type=int, default=None, help="Seed passed to the LLM, where the backend honours it.")
-@click.option("--sim-concurrency", type=click.IntRange(1), default=16, show_default=True,
-              help="Most LLM calls in flight at once.")
-@click.option("--stb-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Your StableToolBench checkout: the mirrorapi simulator's system prompt is read from its "
-                   "server/system_prompts.py (never copied into stbproxy).")
-@click.option("--stb-prompt", type=click.Choice(["plain", "cot"]), default=None,
-              help="With --stb-dir: the plain prompt (SFT_SYSTEM, the default) or the chain-of-thought one "
-                   "(COT_SYSTEM).")
-@click.option("--sim-system-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="A file holding the simulator model's system prompt (llm or mirrorapi).")
-@click.option("--sim-prompt", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="A prompt template for the simulator model (llm or mirrorapi): [system] and [user] sections, "
-                   "placeholders {api_doc}, {api_doc_json}, {documentation}, {request}, {request_json}, "
-                   "{examples} (docs/simulators.md).")
-@click.option("--mirrorapi-parse", type=click.Choice(["stb", "recover"]), default="stb", show_default=True,
-              help="How the mirrorapi simulator reads its model's replies. stb: as StableToolBench's MirrorAPI "
-                   "server does, once (JSON, else its patterns; a reply without an answer is answered 'Failed to "
-                   "generate fake response'); recover: malformed replies read further, up to 3 attempts "
-                   "(docs/simulators.md).")
-@click.option("--mirrorapi-unknown", type=click.Choice(["fail", "prompt"]), default="fail", show_default=True,
-              help="The mirrorapi simulator for an API the catalog does not hold. fail: HTTP 500 without asking "
-                   "the model, as StableToolBench's MirrorAPI server; prompt: the model is asked, the API described "
-                   "by its request.")
+@setting_options("allow_hosts", "mirrorapi_unknown")
 @click.option("--workers", default="1", show_default=True, metavar="N|auto",
               help="Processes answering on the port (auto: one per CPU core). One of them owns the store's "
                    "writes and every miss; the others answer hits from the store and hand it the rest.")
@@ -194,18 +92,7 @@ from stbproxy.models import Mode
                    "through mitmproxy, as HTTPS always is.")
 @click.option("-v", "--verbose", count=True, help="Log each miss (-v) or mitmproxy's own lines too (-vv).")
 @shared_option
-def serve(mode, host, port, store, passthrough, secret_field, secret_header, not_secret_field, not_secret_header,
-          volatile_field, max_body,
-          upstream_timeout, upstream_ca, upstream_insecure, upstream_proxy, confdir, proxy_auth, allow_host,
-          deny_host, max_headers, max_header_bytes, max_request_body, max_upstream_body, head_timeout, idle_timeout,
-          max_connections, session, cassette,
-          ordered, fork, update, drift_ignore, drift_defaults, report, allow_empty, validity, keep_status, stb_keys,
-          views,
-          refresh_simulated,
-          faults, fault_seed, catalog, toolbench_url, mcp, simulator, sim_model, sim_temperature, sim_max_tokens,
-          sim_seed, sim_concurrency, stb_dir, stb_prompt, sim_system_prompt, sim_prompt, mirrorapi_parse,
-          mirrorapi_unknown, workers, fast_lane,
-          verbose, shared):
+def serve(host, port, confdir, proxy_auth, workers, fast_lane, verbose, **given):
     """Run the proxy. Point agents at it with `eval "$(stbproxy env)"`.
 
     \b
@@ -218,7 +105,9 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
 
     StableToolBench clients: SERVICE_URL=http://127.0.0.1:8080/virtual
     """
-    mode = mode or (Mode.REPLAY.value if cassette else Mode.VIRTUAL.value)
+    values = {setting.field: given[_param_of(setting)] for setting in SETTINGS}
+    values["mode"] = values["mode"] or (Mode.REPLAY.value if values["cassette"] else Mode.VIRTUAL.value)
+    store, cassette = values["store"], values["cassette"]
     if not _is_loopback(host) and not proxy_auth:
         fail(f"refusing to listen on {host}, which is not a loopback address, without --proxy-auth USER:PASS")
     if proxy_auth is not None and proxy_auth.startswith("@"):
@@ -229,7 +118,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
     elif proxy_auth is not None and not all(proxy_auth.partition(":")[::2]):
         # mitmproxy would take ':' for a user and a password, both empty: an open proxy
         fail("--proxy-auth needs a user name and a password, neither of them empty")
-    if stb_prompt is not None and stb_dir is None:  # else the choice would silently do nothing
+    if values["stb_prompt"] is not None and values["stb_dir"] is None:  # else the choice would silently do nothing
         fail("--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too")
     from stbproxy.workers.pool import worker_count
 
@@ -243,62 +132,7 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
     _configure_logging(verbose)
     default_confdir = confdir is None
     confdir = resolve_confdir(confdir)
-    stb_options = {
-        "stb_mode": mode,
-        "stb_store": str(store),
-        "stb_passthrough": list(passthrough),
-        "stb_secret_fields": list(secret_field),
-        "stb_secret_headers": list(secret_header),
-        "stb_volatile_fields": list(volatile_field),
-        "stb_not_secret_fields": list(not_secret_field),
-        "stb_not_secret_headers": list(not_secret_header),
-        "stb_max_body": max_body,
-        "stb_upstream_timeout": str(upstream_timeout),
-        "stb_upstream_ca": upstream_ca,
-        "stb_upstream_insecure": upstream_insecure,
-        "stb_upstream_proxy": upstream_proxy,
-        "stb_session": session,
-        "stb_cassette": str(cassette) if cassette else None,
-        "stb_ordered": ordered,
-        "stb_fork": fork,
-        "stb_update": update,
-        "stb_drift_ignore": list(drift_ignore),
-        "stb_drift_defaults": drift_defaults,
-        "stb_report": str(report) if report else None,
-        "stb_allow_empty": allow_empty,
-        "stb_validity": validity,
-        "stb_keep_status": list(keep_status),
-        "stb_keys": stb_keys,
-        "stb_views": views,
-        "stb_refresh_simulated": refresh_simulated,
-        "stb_faults": list(faults),
-        "stb_fault_seed": fault_seed,
-        "stb_catalog": str(catalog) if catalog else None,
-        "stb_toolbench_url": toolbench_url,
-        "stb_mcp": list(mcp),
-        "stb_simulator": simulator,
-        "stb_sim_model": sim_model,
-        "stb_sim_temperature": "" if sim_temperature is None else str(sim_temperature),
-        "stb_sim_max_tokens": sim_max_tokens,
-        "stb_sim_seed": sim_seed,
-        "stb_sim_concurrency": sim_concurrency,
-        "stb_dir": str(stb_dir) if stb_dir else None,
-        "stb_prompt": stb_prompt or "plain",
-        "stb_sim_system_prompt": str(sim_system_prompt) if sim_system_prompt else None,
-        "stb_sim_prompt": str(sim_prompt) if sim_prompt else None,
-        "stb_mirrorapi_parse": mirrorapi_parse,
-        "stb_mirrorapi_unknown": mirrorapi_unknown,
-        "stb_shared": shared,
-        "stb_allow_hosts": list(allow_host),
-        "stb_deny_hosts": list(deny_host),
-        "stb_max_headers": max_headers,
-        "stb_max_header_bytes": max_header_bytes,
-        "stb_max_request_body": max_request_body,
-        "stb_max_upstream_body": max_upstream_body,
-        "stb_head_timeout": str(head_timeout),
-        "stb_idle_timeout": str(idle_timeout),
-        "stb_max_connections": max_connections or default_max_connections(),
-    }
+    stb_options = addon_options(values)
 
     started = []  # set once the proxy is ready: from then on, what it made is the user's
     # What a start makes that was not there (the store's folder, the CA's, their parents) is
@@ -337,18 +171,11 @@ def serve(mode, host, port, store, passthrough, secret_field, secret_header, not
     click.echo("stbproxy stopped; store flushed and closed", err=True)
 
 
-# stb_ options whose flag is not simply --<name>
-_FLAGS = {"stb_secret_fields": "--secret-field", "stb_secret_headers": "--secret-header",
-          "stb_not_secret_fields": "--not-secret-field", "stb_not_secret_headers": "--not-secret-header",
-          "stb_volatile_fields": "--volatile-field", "stb_allow_hosts": "--allow-host", "stb_deny_hosts": "--deny-host",
-          "stb_keys": "--stb-keys"}
-
-
 def cli_message(text: str) -> str:
     """An addon message names its stb_ option; the command line names the flag."""
     name, sep, rest = text.partition(": ")
     if sep and name.startswith("stb_") and " " not in name:
-        flag = _FLAGS.get(name) or "--" + name.removeprefix("stb_").replace("_", "-")
+        flag = flag_of(name) or "--" + name.removeprefix("stb_").replace("_", "-")
         return f"{flag}: {rest}"
     return text
 

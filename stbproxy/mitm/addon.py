@@ -8,19 +8,16 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
-from pathlib import Path
-from typing import Awaitable, Callable, Optional
+from typing import Awaitable, Callable
 
 from mitmproxy import ctx, exceptions, http
 
-from stbproxy.engine import DEFAULT_MAX_BODY, Answer
+from stbproxy.engine import Answer
 from stbproxy.errors import ConfigError, StbError
 from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import HEAD_MEMO_MAX, Guard, Refusal, loop_message
 from stbproxy.mcp.endpoints import local_target, to_server
-from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY, url_problem
+from stbproxy.front.limits import url_problem
 from stbproxy.mitm.connections import ConnectionWatch, Watched
 from stbproxy.mitm.h2_guard import cancelled_on_reset
 from stbproxy.mitm.relay import Relay
@@ -30,15 +27,12 @@ from stbproxy.models import Request, Source
 from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
+from stbproxy.serve_options import SETTINGS, read_options
 from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, scoped, session_spec
 from stbproxy.front.views import SHARED, view_for, view_mode
 from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
-from stbproxy.store.shared_url import shared_url_from_env
-from stbproxy.settings import Settings, parse_mode, parse_temperature, parse_timeout
-from stbproxy.stb.validity import parse_keep_status
+from stbproxy.settings import Settings
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
-from stbproxy.store.embedded import default_store_path
-from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY
 
 log = logging.getLogger("stbproxy")
 
@@ -68,60 +62,9 @@ class StbAddon:
         self.relay = Relay()  # streamed answers for flows mitmproxy serves itself
 
     def load(self, loader) -> None:
-        loader.add_option("stb_mode", str, "virtual", "How to answer: virtual (store, else upstream, else simulator), record (always upstream, store it), replay (store only) or verify (always upstream, compared with the stored answer, which is served).")
-        loader.add_option("stb_store", str, "", "Store directory (default: $STBPROXY_STORE or ./.stbproxy/store).")
-        loader.add_option("stb_passthrough", Sequence[str], [], "Host globs always forwarded and never answered from the store (still logged, redacted).")
-        loader.add_option("stb_secret_fields", Sequence[str], [], "Extra query/body field names that are secret: redacted and never part of a key.")
-        loader.add_option("stb_secret_headers", Sequence[str], [], "Extra header names that are secret: redacted and never stored.")
-        loader.add_option("stb_volatile_fields", Sequence[str], [], "Query/body field names left out of keys (timestamps, nonces).")
-        loader.add_option("stb_not_secret_fields", Sequence[str], [], "Default secret query/body field names that are not secret here (kept and keyed).")
-        loader.add_option("stb_not_secret_headers", Sequence[str], [], "Default secret header names that are not secret here (kept).")
-        loader.add_option("stb_max_body", int, DEFAULT_MAX_BODY, "Bodies larger than this many bytes are forwarded but not stored.")
-        loader.add_option("stb_upstream_timeout", str, "30", "Seconds to wait for the real API.")
-        loader.add_option("stb_upstream_ca", Optional[str], None, "A CA bundle to trust for upstream TLS, besides the system's.")
-        loader.add_option("stb_upstream_insecure", bool, False, "Do not verify upstream TLS certificates.")
-        loader.add_option("stb_upstream_proxy", Optional[str], None, "An outbound proxy URL for real API calls.")
-        loader.add_option("stb_session", Optional[str], None, "Session for requests that name none (default: one per run, serve-<time>).")
-        loader.add_option("stb_cassette", Optional[str], None, "Replay this vcrpy cassette instead of the store (mode replay).")
-        loader.add_option("stb_ordered", bool, False, "The n-th identical request gets the n-th recorded answer: of the cassette, or (store) of the session of the same name.")
-        loader.add_option("stb_fork", Optional[str], None, "SESSION@K: every other session starts as a fork of that recorded session, its first K calls answered from it in order.")
-        loader.add_option("stb_update", bool, False, "Mode verify: a real answer that changed replaces the stored one (the old kept as history).")
-        loader.add_option("stb_drift_ignore", Sequence[str], [], "Mode verify: what differs on every call, e.g. path:*/etag, value:REGEX, '@api.example.com path:/meta/*'.")
-        loader.add_option("stb_drift_defaults", bool, True, "Mode verify: ignore the usual timestamp and request-id members too.")
-        loader.add_option("stb_report", Optional[str], None, "Cassette replay: write a JSON playback report here at shutdown.")
-        loader.add_option("stb_allow_empty", bool, False, "Replay: start even when the store does not exist or holds no entries (every request a miss).")
-        loader.add_option("stb_validity", str, "auto", "Which real answers are valid: auto (stb for /virtual and catalog-routed calls, strict for other HTTP), stb (StableToolBench's check_result) or strict (HTTP status first), or schema (auto, and an OpenAPI operation's answer that breaks its documented schema is invalid).")
-        loader.add_option("stb_keep_status", Sequence[str], [], "4xx statuses (e.g. 404,410) whose real answers are kept as real, stored with origin upstream and served, where virtual mode would replace them.")
-        loader.add_option("stb_refresh_simulated", bool, False, "Virtual mode: ask the real API again for stored simulated answers; a valid real answer replaces them.")
-        loader.add_option("stb_faults", Sequence[str], [], "Fault injection rules, e.g. down=0.2 or status=503,p=0.1,tool=weather*.")
-        loader.add_option("stb_fault_seed", int, 0, "Seed for fault decisions: the same seed fails the same tools and requests.")
-        loader.add_option("stb_catalog", Optional[str], None, "Catalog file (default: catalog.json in the store's folder, if present).")
-        loader.add_option("stb_views", str, "auto", "Views of the store: shared (one for all), user (one per proxyauth user), credential (one per user and per credential a request carries), auto (user behind proxyauth, else shared).")
-        loader.add_option("stb_keys", str, "exact", "How StableToolBench calls are keyed: exact (as StableToolBench's server looks them up: the arguments' text, order and types) or canonical (arguments compared as text, in any order).")
-        loader.add_option("stb_toolbench_url", Optional[str], None, "A ToolBench-style server for real /virtual calls.")
-        loader.add_option("stb_mcp", Sequence[str], [], "NAME=URL: an MCP server answered at this proxy's own /mcp/NAME (for clients that ignore proxy variables).")
-        loader.add_option("stb_simulator", str, "auto", "auto, llm, mirrorapi, schema or off (auto: llm when an LLM is configured, else schema).")
-        loader.add_option("stb_sim_model", Optional[str], None, "The simulator's model name.")
-        loader.add_option("stb_sim_temperature", str, "", "The simulator's sampling temperature (empty: 0, or 0.1 for mirrorapi).")
-        loader.add_option("stb_sim_max_tokens", Optional[int], None, "Most tokens per simulated answer.")
-        loader.add_option("stb_sim_seed", Optional[int], None, "Seed passed to the simulator's LLM.")
-        loader.add_option("stb_sim_concurrency", int, 16, "Most simulator LLM calls in flight at once.")
-        loader.add_option("stb_dir", Optional[str], None, "A StableToolBench checkout: the mirrorapi simulator's system prompt is read from it.")
-        loader.add_option("stb_prompt", str, "plain", "With stb_dir: plain (SFT_SYSTEM) or cot (COT_SYSTEM).")
-        loader.add_option("stb_sim_system_prompt", Optional[str], None, "A file holding the simulator model's system prompt.")
-        loader.add_option("stb_sim_prompt", Optional[str], None, "A prompt template for the simulator model (docs/simulators.md).")
-        loader.add_option("stb_mirrorapi_parse", str, "stb", "mirrorapi replies read as StableToolBench's server reads them, once (stb), or recovered over up to 3 attempts (recover).")
-        loader.add_option("stb_mirrorapi_unknown", str, "fail", "mirrorapi for an API the catalog does not hold: HTTP 500 unasked, as StableToolBench's server (fail), or ask the model (prompt).")
-        loader.add_option("stb_shared", Optional[str], None, "A shared store tier: redis://, rediss:// or redis+cluster:// URL (default: $STBPROXY_SHARED, or its older name $STBPROXY_SHARED_URL; never $REDIS_URL).")
-        loader.add_option("stb_max_headers", int, DEFAULT_MAX_HEADERS, "Requests with more header fields are answered 431.")
-        loader.add_option("stb_max_header_bytes", int, DEFAULT_MAX_HEADER_BYTES, "Requests whose header fields take more bytes are answered 431.")
-        loader.add_option("stb_max_request_body", int, DEFAULT_MAX_REQUEST_BODY, "Requests with a larger body (bytes) are answered 413 before it is read (stbproxy serve; under mitmdump set body_size_limit).")
-        loader.add_option("stb_max_upstream_body", int, DEFAULT_MAX_UPSTREAM_BODY, "A real answer larger than this (bytes, on the wire or decoded) is read no further and answered 502, never stored.")
-        loader.add_option("stb_head_timeout", str, str(DEFAULT_HEAD_TIMEOUT), "Seconds from a request's first byte to the end of its head; slower connections are closed (stbproxy serve).")
-        loader.add_option("stb_idle_timeout", str, str(DEFAULT_IDLE_TIMEOUT), "Seconds a connection may wait for its next request before it is closed (stbproxy serve).")
-        loader.add_option("stb_max_connections", int, DEFAULT_MAX_CONNECTIONS, "Most open client connections per process; more are answered 503 and closed (stbproxy serve).")
-        loader.add_option("stb_allow_hosts", Sequence[str], [], "Destination host globs always allowed (they win over stb_deny_hosts and the private-address rule).")
-        loader.add_option("stb_deny_hosts", Sequence[str], [], "Destination host globs refused with 403.")
+        for setting in SETTINGS:  # every stb_ option, from the one table (serve_options.py)
+            kind, default, help_text = setting.addon
+            loader.add_option(setting.option_name, kind, default, help_text)
 
     def configure(self, updated: set[str]) -> None:
         if self.settings is not None and not any(name.startswith("stb_") or name in ("listen_host", "proxyauth")
@@ -470,80 +413,11 @@ class ScriptAddon(StbAddon):
 
 def settings_from_options(opts) -> Settings:
     """Validate every stb_ option; an OptionsError names the option at fault."""
-
-    def checked(name: str, parse: Callable):
-        try:
-            return parse(getattr(opts, name))
-        except ConfigError as exc:
-            raise exceptions.OptionsError(f"{name}: {exc}") from exc
-
-    if opts.stb_max_body < 0:
-        raise exceptions.OptionsError("stb_max_body: must be 0 or more bytes")
-    for name in ("stb_upstream_ca", "stb_catalog", "stb_cassette"):
-        value = getattr(opts, name)
-        if value and not Path(value).is_file():
-            raise exceptions.OptionsError(f"{name}: no such file: {value}")
-    values = dict(
-        store=Path(opts.stb_store) if opts.stb_store else default_store_path(),
-        mode=checked("stb_mode", parse_mode),
-        passthrough=tuple(opts.stb_passthrough),
-        secret_fields=tuple(opts.stb_secret_fields),
-        secret_headers=tuple(opts.stb_secret_headers),
-        volatile_fields=tuple(opts.stb_volatile_fields),
-        not_secret_fields=tuple(opts.stb_not_secret_fields),
-        not_secret_headers=tuple(opts.stb_not_secret_headers),
-        max_body_bytes=opts.stb_max_body,
-        upstream_timeout=checked("stb_upstream_timeout", parse_timeout),
-        upstream_ca=opts.stb_upstream_ca,
-        upstream_insecure=opts.stb_upstream_insecure,
-        upstream_proxy=opts.stb_upstream_proxy,
-        validity=opts.stb_validity,
-        keep_status=checked("stb_keep_status", parse_keep_status),
-        stb_keys=opts.stb_keys,
-        views=opts.stb_views,
-        refresh_simulated=opts.stb_refresh_simulated,
-        faults=tuple(opts.stb_faults),
-        fault_seed=opts.stb_fault_seed,
-        catalog=Path(opts.stb_catalog) if opts.stb_catalog else None,
-        toolbench_url=opts.stb_toolbench_url,
-        mcp=tuple(opts.stb_mcp),
+    try:
+        values = read_options(lambda name: getattr(opts, name))
         # A key for real RapidAPI calls made on behalf of /virtual: from the environment
         # only, so that it never shows among mitmproxy's (printable) options.
-        rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None,
-        session=opts.stb_session,
-        cassette=Path(opts.stb_cassette) if opts.stb_cassette else None,
-        ordered=opts.stb_ordered,
-        fork=opts.stb_fork,
-        update=opts.stb_update,
-        drift_ignore=tuple(opts.stb_drift_ignore),
-        drift_defaults=opts.stb_drift_defaults,
-        report=Path(opts.stb_report) if opts.stb_report else None,
-        allow_empty=opts.stb_allow_empty,
-        simulator=opts.stb_simulator,
-        sim_model=opts.stb_sim_model,
-        sim_temperature=checked("stb_sim_temperature", parse_temperature) if opts.stb_sim_temperature else None,
-        sim_max_tokens=opts.stb_sim_max_tokens,
-        sim_seed=opts.stb_sim_seed,
-        sim_concurrency=opts.stb_sim_concurrency,
-        stb_dir=Path(opts.stb_dir) if opts.stb_dir else None,
-        stb_prompt=opts.stb_prompt,
-        sim_system_prompt=Path(opts.stb_sim_system_prompt) if opts.stb_sim_system_prompt else None,
-        sim_prompt=Path(opts.stb_sim_prompt) if opts.stb_sim_prompt else None,
-        mirrorapi_parse=opts.stb_mirrorapi_parse,
-        mirrorapi_unknown=opts.stb_mirrorapi_unknown,
-        shared=opts.stb_shared or shared_url_from_env(),
-        max_headers=opts.stb_max_headers,
-        max_header_bytes=opts.stb_max_header_bytes,
-        max_request_body=opts.stb_max_request_body,
-        max_upstream_body=opts.stb_max_upstream_body,
-        head_timeout=checked("stb_head_timeout", parse_timeout),
-        idle_timeout=checked("stb_idle_timeout", parse_timeout),
-        max_connections=opts.stb_max_connections,
-        allow_hosts=tuple(opts.stb_allow_hosts),
-        deny_hosts=tuple(opts.stb_deny_hosts),
-    )
-    try:
-        return Settings(**values)
+        return Settings(**values, rapidapi_key=os.environ.get("STBPROXY_RAPIDAPI_KEY") or None)
     except ConfigError as exc:
         setting = exc.setting or ""
         option = setting if setting.startswith("stb_") else f"stb_{setting}" if setting else "stb options"
