@@ -31,7 +31,6 @@ from typing import Any, Iterable
 
 from stbcore.arguments import SECRET_FIELDS, arguments_digest, canonical_arguments
 
-from .errors import InputError
 from .model import FINISH, Answer, AnswerSet, main_path, parse_finish, step_name
 from .rouge import rouge_l
 from .sources import load_queries, load_source

@@ -30,7 +30,7 @@ from .errors import InputError
 from .exec_curl import CurlRequest, Refused, first_curl_line, parse_curl, with_key
 from .exec_http import Reply, Sender
 from .exec_profiles import PROFILES, Profile
-from .exec_score import (CRASHED, DIFFERS, MISSED, NOT_EXECUTABLE, SUCCESS, UNSCORED, Tally, best, items_of)
+from .exec_score import CRASHED, DIFFERS, MISSED, NOT_EXECUTABLE, SUCCESS, UNSCORED, Tally, best, items_of
 from .runner import Progress
 
 MASK = "[redacted]"

@@ -32,7 +32,6 @@ from .messages import text_of
 from .model import function_schemas
 
 
-
 class BadCall(Exception):
     """An LLM request or answer that cannot be read; the message says why."""
 

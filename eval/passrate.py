@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .model import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, last_tool_step, parse_finish, step_name
 from .errors import InputError
 from .judge import Judge
+from .model import FINISH, GIVE_UP, Answer, AnswerSet, Problem, last_step, last_tool_step, parse_finish, step_name
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
 
 SCORES = {"Solved": 1.0, "Unsure": 0.5, "Unsolved": 0.0}
@@ -239,7 +239,9 @@ def pass_rate_trials(trials: list[AnswerSet], ids: dict[str, list[str]], judge: 
     trials is made once. Warnings name their trial."""
     check_options(rounds, missing)
     progress = progress or Progress()
-    quiet: Callable[[str], None] = lambda _m: None
+    def quiet(_message: str) -> None:
+        pass
+
     progress.start(rounds * sum(o.judged for answers in trials
                                 for rows in plan(answers, ids, rounds=rounds, warn=quiet).values() for o in rows))
     runs = []

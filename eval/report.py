@@ -17,13 +17,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .model import main_path
-from .tables import SUMMARY, markdown, to_csv
 from .errors import InputError
 from .exec_report import text as exec_text
+from .model import main_path
 from .passrate import AVERAGE, PassRate
 from .report_queries import QUERIES_FILE, query_record, write_queries
 from .solvable import Solvable
+from .tables import SUMMARY, markdown, to_csv
 from .trials import OVERALL, PASSED, Trials, left_out_why
 from .winrate import WinRate
 

@@ -22,8 +22,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .model import AnswerSet
 from .judge import Judge
+from .model import AnswerSet
 from .passrate import AVERAGE, Notes, Outcome, check_options, collect, plan
 from .runner import DEFAULT_CONCURRENCY, Progress, run_rounds
 

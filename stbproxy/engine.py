@@ -43,28 +43,34 @@ from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Mapping, Protocol
 
 from stbproxy import keys
-
-from stbproxy.stb import validity
-from stbproxy.stb.bodies import error_object_response
 from stbproxy.errors import StbError, StoreError, UpstreamError, UpstreamFailure
 from stbproxy.forensics import drift
 from stbproxy.forensics.naming import Fork, SessionRef, session_ref, shared_key, trial_key, view_key
 from stbproxy.forensics.playback import Played, Recordings, SessionPlayback
-from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
 from stbproxy.keys import DEFAULT_RULES, KeyRules
-from stbproxy.models import BodyStream, Exchange, Mode, Request, Response, Source, StreamedResponse
 from stbproxy.misses import explain_miss
+from stbproxy.models import BodyStream, Exchange, Mode, Request, Response, Source, StreamedResponse
 from stbproxy.provenance import marked
 from stbproxy.recent import Recent
-from stbproxy.redact import bounded_url, redact_request, redact_response, redact_url, scrub_text, scrub_value, \
-    secret_values
+from stbproxy.redact import (
+    bounded_url,
+    redact_request,
+    redact_response,
+    redact_url,
+    scrub_text,
+    scrub_value,
+    secret_values,
+)
+from stbproxy.sessions import stored_record
+from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
+from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
+from stbproxy.stb import validity
+from stbproxy.stb.bodies import error_object_response
+from stbproxy.store.contract import EngineStore
+from stbproxy.store.write_failures import WriteFailures
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import LIVE, Call, Kinds
-from stbproxy.sessions import stored_record
-from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
-from stbproxy.store.contract import EngineStore
-from stbproxy.store.write_failures import WriteFailures
 
 log = logging.getLogger("stbproxy")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import parse_qsl, urlsplit
 
-from stbproxy import jsonsafe
 from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
+from stbproxy import jsonsafe
 from stbproxy.models import ApiRef, Request
 from stbproxy.multipart import Part, is_multipart_type, multipart_parts
 

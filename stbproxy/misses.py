@@ -8,9 +8,9 @@ another user's requests and their values.
 from __future__ import annotations
 
 from stbproxy import keys
+from stbproxy.forensics.naming import view_of
 from stbproxy.keys import KeyRules
 from stbproxy.models import Exchange
-from stbproxy.forensics.naming import view_of
 from stbproxy.redact import redact_url
 from stbproxy.traffic.seam import Call
 

@@ -7,7 +7,7 @@ own objects into these and back, so the calling rules see one request model.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping, Protocol
 from urllib.parse import urlsplit
 

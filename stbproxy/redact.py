@@ -32,8 +32,8 @@ from urllib.parse import unquote_plus
 
 from stbproxy import jsonsafe
 from stbproxy.keys import DEFAULT_RULES, KeyRules, is_form_type, is_json_type
-from stbproxy.multipart import is_multipart_type, multipart_parts
 from stbproxy.models import Headers, Request, Response
+from stbproxy.multipart import is_multipart_type, multipart_parts
 
 REDACTED = "REDACTED"
 # A value shorter than this is not hunted in what is kept (an answer, a path, a key): it

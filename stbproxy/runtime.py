@@ -8,30 +8,30 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
+from stbproxy.cassettes.store import CassetteStore, describe_miss
+from stbproxy.engine import Engine
+from stbproxy.errors import ConfigError, InputError
+from stbproxy.keys import stb_keys_of
+from stbproxy.kinds import proxy_kinds
+from stbproxy.models import Mode, Response
+from stbproxy.openapi.catalog import OpenApiCatalog, load_for_store
+from stbproxy.sessions import default_session_name
+from stbproxy.settings import Settings
 from stbproxy.sim import simulators as simulator
 from stbproxy.sim.config import MODEL_KINDS
 from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_prompt
-from stbproxy.cassettes.store import CassetteStore, describe_miss
+from stbproxy.sim.simulation import NoSimulator
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.validity import replaced_answers
-from stbproxy.engine import Engine
-from stbproxy.errors import ConfigError, InputError
-from stbproxy.models import Mode, Response
-from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
-from stbproxy.sessions import default_session_name
-from stbproxy.settings import Settings
+from stbproxy.stb.virtual_api import VirtualApi
+from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.shared_bulk import SharedBulk, check_at_start
 from stbproxy.store.shared_tier import SharedTier
-from stbproxy.sim.simulation import NoSimulator
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.tiered import TieredStore
-from stbproxy.upstream import Upstream
-from stbproxy.kinds import proxy_kinds
-from stbproxy.keys import stb_keys_of
-from stbproxy.openapi.catalog import OpenApiCatalog, load_for_store
-from stbproxy.stb.virtual_api import VirtualApi
-from stbproxy.workers.link import LinkClient
 from stbproxy.store.write_failures import WriteFailures, status_path
+from stbproxy.upstream import Upstream
+from stbproxy.workers.link import LinkClient
+from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore
 
 log = logging.getLogger("stbproxy")
 

@@ -19,14 +19,21 @@ from typing import Any, Callable, Mapping, Optional
 
 from stbproxy.engine import DEFAULT_MAX_BODY
 from stbproxy.errors import ConfigError
-from stbproxy.front.limits import (DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-                                   DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY,
-                                   default_max_connections)
+from stbproxy.front.limits import (
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+    DEFAULT_MAX_REQUEST_BODY,
+    default_max_connections,
+)
 from stbproxy.front.views import VIEWS
 from stbproxy.keys import STB_KEYS
 from stbproxy.models import Mode
 from stbproxy.settings import SIMULATORS, parse_mode, parse_temperature, parse_timeout
-from stbproxy.stb.validity import CHOICES as VALIDITIES, parse_keep_status
+from stbproxy.stb.validity import CHOICES as VALIDITIES
+from stbproxy.stb.validity import parse_keep_status
 from stbproxy.store.embedded import default_store_path
 from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY

@@ -14,20 +14,27 @@ from stbproxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from stbproxy.errors import ConfigError
 from stbproxy.forensics import drift
 from stbproxy.forensics.naming import parse_fork
-from stbproxy.sim.faults import FaultPlan
-from stbproxy.front.views import AUTO as AUTO_VIEWS, VIEWS
+from stbproxy.front.limits import (
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+    DEFAULT_MAX_REQUEST_BODY,
+)
+from stbproxy.front.views import AUTO as AUTO_VIEWS
+from stbproxy.front.views import VIEWS
 from stbproxy.keys import EXACT, STB_KEYS, KeyRules
-from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
-    DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_HEADERS, DEFAULT_MAX_REQUEST_BODY
 from stbproxy.mcp.endpoints import parse_specs
-from stbproxy.openapi.catalog import openapi_secret_names
 from stbproxy.models import Mode
+from stbproxy.openapi.catalog import openapi_secret_names
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
+from stbproxy.sim.faults import FaultPlan
+from stbproxy.stb.validity import AUTO, CHOICES, parse_keep_status
 from stbproxy.store.embedded import auth_salt
 from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY, UpstreamConfig
-from stbproxy.stb.validity import AUTO, CHOICES, parse_keep_status
 
 SIMULATORS = ("auto", "llm", "mirrorapi", "schema", "off")
 CATALOG_NAME = "catalog.json"

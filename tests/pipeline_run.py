@@ -34,8 +34,8 @@ import httpx
 import openai
 import requests
 
-from stbproxy.stb.catalog import api_key_name, function_name, standardize
 from stbproxy.serve_process import ServeProcess
+from stbproxy.stb.catalog import api_key_name, function_name, standardize
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, ToolCall
 from tests.loopback import LoopbackServer, QuietHandler
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stbproxy.stb.cache_placement import check
-from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.engine import Engine
 from stbproxy.models import ApiRef
+from stbproxy.stb.cache_placement import check
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.stb.virtual_api import VirtualApi, VirtualRequest
 from tests.stb_samples import is_sample
 

@@ -12,15 +12,14 @@ from vcr.serialize import deserialize as vcr_deserialize
 from vcr.serializers import jsonserializer, yamlserializer
 
 from stbproxy.cassettes import reading as cassette_reading
-
 from stbproxy.cassettes import vcr_format as cassettes
-from stbproxy.stb.catalog import Catalog
 from stbproxy.errors import InputError, StbError
 from stbproxy.keys import DEFAULT_RULES, KeyRules, api_key, exact_api_key, request_key
-from stbproxy.models import ApiRef, Exchange, Request, Response, Source
-from stbproxy.stb.api_requests import stored_request
 from stbproxy.kinds import http_call
+from stbproxy.models import ApiRef, Exchange, Request, Response, Source
 from stbproxy.sessions import safe_session_name
+from stbproxy.stb.api_requests import stored_request
+from stbproxy.stb.catalog import Catalog
 
 SECRET = "sk-cassette-secret-77"
 

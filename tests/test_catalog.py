@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from stbproxy.errors import InputError
+from stbproxy.models import ApiRef
 from stbproxy.stb.catalog import (
     ApiDoc,
     Catalog,
@@ -17,9 +19,6 @@ from stbproxy.stb.catalog import (
     standardize,
     tool_key,
 )
-from stbproxy.errors import InputError
-from stbproxy.models import ApiRef
-
 from tests.stb_samples import QUERIES, is_sample
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

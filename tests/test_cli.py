@@ -5,7 +5,6 @@ import os
 import stat
 
 import pytest
-
 from click.testing import CliRunner
 
 from stbproxy.cli import main

@@ -8,13 +8,13 @@ import json
 import logging
 import os
 
-from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.kinds import kinds_for
 from stbproxy.engine import Engine, EngineConfig
+from stbproxy.kinds import kinds_for
 from stbproxy.models import Mode, Request, Source
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
-from stbproxy.stb.virtual_api import VirtualApi
 
 SECRET = "qk-query-secret-20251"
 TOOLBENCH_KEY = "tbk-echoed-back-99412"

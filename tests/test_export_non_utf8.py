@@ -16,10 +16,9 @@ import vcr
 from vcr.serializers import jsonserializer, yamlserializer
 
 from stbproxy.cassettes import reading as cassette_reading
-
 from stbproxy.cassettes import vcr_format as cassettes
-from stbproxy.errors import StbError
 from stbproxy.cassettes.inprocess import replay
+from stbproxy.errors import StbError
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.sessions import SessionRecord
 from stbproxy.store.embedded import Store

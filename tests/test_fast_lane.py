@@ -17,8 +17,8 @@ from mitmproxy import http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.net.http import http1
 from mitmproxy.proxy import mode_specs
-from mitmproxy.test import taddons
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook
+from mitmproxy.test import taddons
 
 from stbproxy.mitm.fast_lane import MAX_BODY, FastLane
 

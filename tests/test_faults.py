@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stbproxy.errors import ConfigError, UpstreamError
+from stbproxy.models import Response
 from stbproxy.sim.faults import (
     ALLOWED_STATUSES,
     FaultKind,
@@ -17,7 +18,6 @@ from stbproxy.sim.faults import (
     Latency,
     parse_fault_spec,
 )
-from stbproxy.models import Response
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS = [f"tool_{i:03d}_for_demo" for i in range(400)]

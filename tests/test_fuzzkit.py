@@ -11,8 +11,7 @@ import re
 import time
 
 from scripts.reliability.fuzz_hostile import CLASSES, hostile_cases
-from scripts.reliability.fuzz_judge import (ANSWERED, BLAMED, CLOSED, GARBLED, GONE, HANG, NO_ANSWER, PROXY_5XX,
-                                            judge)
+from scripts.reliability.fuzz_judge import ANSWERED, BLAMED, CLOSED, GARBLED, GONE, HANG, NO_ANSWER, PROXY_5XX, judge
 from scripts.reliability.fuzz_lane import LaneRun, log_problems
 from scripts.reliability.fuzz_runner import run_cases
 from scripts.reliability.fuzz_upstream import FuzzUpstream

@@ -5,8 +5,8 @@ variables (HTTP_PROXY / HTTPS_PROXY / REQUESTS_CA_BUNDLE)."""
 from __future__ import annotations
 
 import json
-import socket
 import os
+import socket
 import stat
 import subprocess
 import sys

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from stbproxy import jsonsafe
-from stbproxy.keys import canonical_body
 from stbproxy.front.limits import HeaderLimits, body_problem
-from stbproxy.redact import redact_request, secret_values
+from stbproxy.keys import canonical_body
 from stbproxy.models import Request
+from stbproxy.redact import redact_request, secret_values
 from stbproxy.stb.virtual_api import parse
 
 

@@ -1,7 +1,8 @@
 import json
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from stbproxy import keys
 from stbproxy.keys import KeyRules, canonical, diff, normalize_path, request_key

@@ -176,11 +176,14 @@ def test_a_session_the_store_opened_reaches_the_live_server_for_a_miss(tmp_path)
         assert server.calls() == ["add", "forecast"]  # the stored add was not asked again
     assert got[3]["structuredContent"]["summary"] == "sunny in Rome"
     with Store(store, readonly=True) as db:
-        sources = Counter(r["source"] for r in db.session_records("mixed"))
+        records = list(db.session_records("mixed"))
+    sources = Counter(r["source"] for r in records)
     # from the store: initialize, tools/list, add; answered by the proxy: the initialized
     # notification and the GET stream (405), the session having no server session yet; the
-    # DELETE at the end goes to the server session the forecast call opened
-    assert sources == {"cache": 3, "local": 2, "upstream": 1, "passthrough": 1}
+    # DELETE at the end goes to the server session the forecast call opened (and so does a
+    # GET stream the client opens again once that session exists, when it comes in time)
+    assert {k: v for k, v in sources.items() if k != "passthrough"} == {"cache": 3, "local": 2, "upstream": 1}
+    assert sources["passthrough"] >= 1, sources
 
 
 def test_a_client_that_ignores_proxy_variables_uses_the_local_endpoint(tmp_path):

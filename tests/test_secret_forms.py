@@ -31,8 +31,8 @@ import pytest
 
 from stbproxy import keys
 from stbproxy.keys import KeyRules, canonical, request_key
-from stbproxy.multipart import multipart_parts
 from stbproxy.models import Request, Response
+from stbproxy.multipart import multipart_parts
 from stbproxy.redact import REDACTED, redact_request, redact_response, scrub, scrub_text, scrub_value, secret_values
 from stbproxy.serve_process import ServeProcess
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.store.embedded import Store
 from stbproxy.store.record_format import encode_exchange
 from stbproxy.store.shared_bulk import SharedBulk

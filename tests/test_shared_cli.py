@@ -10,13 +10,13 @@ import requests
 from click.testing import CliRunner
 
 from stbproxy.cassettes.vcr_format import write_cassette
-from stbproxy.stb.catalog import api_key_name, category_key, tool_key
-from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.cli import main
+from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
+from stbproxy.stb.catalog import api_key_name, category_key, tool_key
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.record_format import encode_exchange
+from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_url import parse_shared_url, redact_shared_url
 

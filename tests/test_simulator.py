@@ -13,17 +13,17 @@ import time
 import pytest
 
 from stbproxy import keys
-from stbproxy.stb import api_requests
-from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.kinds import kinds_for
 from stbproxy.engine import Engine
 from stbproxy.errors import ConfigError, UpstreamError
+from stbproxy.kinds import kinds_for
 from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.sim.simulation import SimulationRequest
 from stbproxy.sim.config import SimulatorConfig
 from stbproxy.sim.llm_prompt import fit_examples, parse_reply
 from stbproxy.sim.llm_simulator import MAX_ATTEMPTS, LlmSimulator
+from stbproxy.sim.simulation import SimulationRequest
 from stbproxy.sim.simulators import OffSimulator, SchemaSimulator, build_simulator
+from stbproxy.stb import api_requests
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, fake_openai  # noqa: F401
 

@@ -1,6 +1,9 @@
+import ast
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stbproxy import keys
 from stbproxy.errors import InputError
@@ -117,9 +120,7 @@ def test_missing_cache_folder_is_named(tmp_path):
 
 
 # -- the fast path for flat literals agrees with ast.literal_eval ---------------------------------
-import ast  # noqa: E402
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 scalars = st.one_of(st.text(max_size=12), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                     st.booleans(), st.none())
@@ -138,10 +139,10 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
     the documented ones (id, playerId) and a /virtual call meet the imported entry: under
     exact keys when the /virtual call gives the cached text, and the HTTP call's arguments,
     strings in the doc's order, give it too; under canonical keys in any order and type."""
-    from stbproxy.stb.catalog import ApiDoc, Catalog, Param
     from stbproxy.engine import Engine, EngineConfig
-    from stbproxy.models import Request
     from stbproxy.kinds import http_call
+    from stbproxy.models import Request
+    from stbproxy.stb.catalog import ApiDoc, Catalog, Param
     from stbproxy.stb.virtual_api import VirtualApi, parse
 
     rules = keys.KeyRules(stb_keys=stb_keys)
@@ -170,8 +171,8 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
 
 
 # -- the import's records: the bytes of the Exchanges read_cache_file gives -----------------------
-from stbproxy.stb.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
 from stbproxy.stb.cache_import import encode_file, encoded_files  # noqa: E402
+from stbproxy.stb.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
 from stbproxy.store.record_format import encode_exchange  # noqa: E402
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"

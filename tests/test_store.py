@@ -3,8 +3,11 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import ApiRef, Exchange, Request, Response, Source
@@ -242,9 +245,7 @@ def test_a_bulk_load_on_a_read_only_store_is_refused(tmp_path):
 
 
 # -- record templates: encode_exchange's bytes, made cheaply ---------------------------------------
-from dataclasses import replace  # noqa: E402
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 texts = st.text(max_size=20)
 headers = st.lists(st.tuples(texts, texts), max_size=3).map(tuple)

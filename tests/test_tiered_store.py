@@ -7,13 +7,13 @@ import logging
 import time
 
 from stbproxy.engine import Engine, EngineConfig
-from stbproxy.models import Mode, Request, Source
 from stbproxy.kinds import http_call
+from stbproxy.models import Mode, Request, Source
+from stbproxy.store.embedded import Store
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_client import LEASE_PREFIX
 from stbproxy.store.shared_tier import SharedTier
 from stbproxy.store.shared_url import parse_shared_url
-from stbproxy.store.embedded import Store
 from stbproxy.store.tiered import TieredReader, TieredStore
 from stbproxy.upstream import Upstream, UpstreamConfig
 

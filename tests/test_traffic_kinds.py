@@ -13,9 +13,9 @@ import pytest
 from stbproxy import keys
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.keys import DEFAULT_RULES, KeyRules
+from stbproxy.kinds import kinds_for
 from stbproxy.models import ApiRef, Mode, Request, Response, Source
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.kinds import kinds_for
 from stbproxy.store.embedded import Store
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp, judge_http

@@ -23,10 +23,19 @@ from stbproxy.cli import main
 from stbproxy.serve_process import ServeProcess
 from tests.conftest import STB_SOURCES
 from tests.fakes.fake_openai import fake_openai  # noqa: F401  (the fixture)
-from tests.pipeline_run import (OPENAI_KEY, RAPIDAPI_KEY, SESSION, TOOLBENCH_KEY, Script, answers_dir, query_file,
-                                record, run_query)
-from tests.stbeval.helpers import Script as Judge
+from tests.pipeline_run import (
+    OPENAI_KEY,
+    RAPIDAPI_KEY,
+    SESSION,
+    TOOLBENCH_KEY,
+    Script,
+    answers_dir,
+    query_file,
+    record,
+    run_query,
+)
 from tests.stb_samples import require_real_stb_data
+from tests.stbeval.helpers import Script as Judge
 from tests.stbeval.helpers import write_json
 
 pytestmark = pytest.mark.integration

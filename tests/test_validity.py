@@ -3,11 +3,14 @@ import re
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stbproxy.errors import ConfigError, InputError
+from stbproxy.stb import validity
 from stbproxy.stb.validity import (
-    FailureKind,
     NOT_AVAILABLE_KINDS,
+    FailureKind,
     TaxonomyRow,
     Verdict,
     check_result,
@@ -304,9 +307,7 @@ def test_taxonomy_table_accepts_names_and_survives_zero():
 
 
 # --- the one-pass search for failure marks decides as the plain rule loop ---------------
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from stbproxy.stb import validity
 
 
 def rule_loop(obj) -> tuple[bool, str]:

@@ -10,15 +10,15 @@ import sys
 
 import pytest
 
-from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.engine import Engine, EngineConfig
-from stbproxy.models import Mode, Request
-from stbproxy.kinds import http_call, kinds_for
 from stbproxy.keys import DEFAULT_RULES, KeyRules
+from stbproxy.kinds import http_call, kinds_for
+from stbproxy.models import Mode, Request
+from stbproxy.sessions import safe_session_name
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
+from stbproxy.stb.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
-from stbproxy.sessions import safe_session_name
-from stbproxy.stb.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
 from tests.servers import ProxyProcess
 
 TOOLBENCH_KEY = "tbk-never-store-me-31337"

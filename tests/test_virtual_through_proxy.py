@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.settings import catalog_path_for
+from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.store.embedded import Store
 from tests.servers import ProxyProcess
 from tests.stb_client import stb_call, stb_client

@@ -25,8 +25,6 @@ from ..prompts import Prompts, load_template
 from ..runner import DEFAULT_CONCURRENCY, Progress
 from ..sources import load_queries, load_source
 
-
-
 MAX_WARNINGS = 40  # printed; all of them are kept in summary.json
 
 

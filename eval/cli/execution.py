@@ -9,9 +9,7 @@ from pathlib import Path
 
 import click
 
-
 from .common import Bar, Warnings, eval_group, handle_errors
-
 
 EXEC_EXAMPLE = """\b
 Example (record the labels' answers once, with the key; then score from the store):

@@ -16,12 +16,23 @@ from ..passrate import MISSING_POLICIES, pass_rate, pass_rate_trials
 from ..solvable import load_tasks, solvable, write_ids
 from ..sources import expand_sources
 from ..winrate import win_rate
-
 from .common import (
-    Bar, METHOD_HELP, SOURCE_HELP, Warnings, eval_group, handle_errors, judge_info, judge_options, judge_setup,
-    load_sources, method_name, name_traffic_method, queries_option, run_judged, trials_name,
+    METHOD_HELP,
+    SOURCE_HELP,
+    Bar,
+    Warnings,
+    eval_group,
+    handle_errors,
+    judge_info,
+    judge_options,
+    judge_setup,
+    load_sources,
+    method_name,
+    name_traffic_method,
+    queries_option,
+    run_judged,
+    trials_name,
 )
-
 
 PASS_RATE_EXAMPLE = """\b
 Example:

@@ -12,12 +12,16 @@ import click
 from .. import calls, calls_report, report
 from ..answers import Answer, Problem, load_ids, to_converted
 from ..errors import InputError
-
 from .common import (
-    METHOD_HELP, SOURCE_HELP, eval_group, handle_errors, load_sources, method_name, name_traffic_method,
+    METHOD_HELP,
+    SOURCE_HELP,
+    eval_group,
+    handle_errors,
+    load_sources,
+    method_name,
+    name_traffic_method,
     queries_option,
 )
-
 
 REPORT_EXAMPLE = """\b
 Example:

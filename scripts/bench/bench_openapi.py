@@ -29,8 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.bench import hitstores  # noqa: E402
-from scripts.bench import paired  # noqa: E402
+from scripts.bench import (
+    hitstores,  # noqa: E402
+    paired,  # noqa: E402
+)
 from scripts.bench.hitbench import stbproxy_subject  # noqa: E402
 from scripts.common import run_in_workdir  # noqa: E402
 

@@ -54,8 +54,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: s
 
 from scripts.bench import hitstores  # noqa: E402
 from scripts.bench.hitbench import (  # noqa: E402
-    BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, interleaved, lean_subject,
-    mitmdump_subject, stbproxy_subject, verdict, workers_speedup)
+    BASELINE,
+    BEFORE,
+    LEAN,
+    MITMPROXY_PATH,
+    WORKERS,
+    Matrix,
+    Subject,
+    copy_store,
+    interleaved,
+    lean_subject,
+    mitmdump_subject,
+    stbproxy_subject,
+    verdict,
+    workers_speedup,
+)
 from scripts.common import HOST, child_env, free_port, median, run_in_workdir  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()

@@ -53,10 +53,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
 from scripts.bench.bench_import import generate  # noqa: E402
-from scripts.bench.hitstores import http_body as body_for, http_plan, http_targets  # noqa: E402
+from scripts.bench.hitstores import http_body as body_for  # noqa: E402
+from scripts.bench.hitstores import http_plan, http_targets
 from scripts.common import HOST, child_env, children_cpu, stbproxy_command  # noqa: E402
-from stbproxy.store.redis_process import RedisProcess  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
+from stbproxy.store.redis_process import RedisProcess  # noqa: E402
 from stbproxy.store.shared_bulk import SharedBulk  # noqa: E402
 from stbproxy.store.shared_url import parse_shared_url  # noqa: E402
 

@@ -49,8 +49,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: s
 
 from scripts.bench import hitstores  # noqa: E402
 from scripts.bench.hitbench import (  # noqa: E402
-    BASELINE, BEFORE, LEAN, MITMPROXY_PATH, WORKERS, Matrix, Subject, copy_store, interleaved, lean_subject,
-    mitmdump_subject, stbproxy_subject, verdict, workers_speedup)
+    BASELINE,
+    BEFORE,
+    LEAN,
+    MITMPROXY_PATH,
+    WORKERS,
+    Matrix,
+    Subject,
+    copy_store,
+    interleaved,
+    lean_subject,
+    mitmdump_subject,
+    stbproxy_subject,
+    verdict,
+    workers_speedup,
+)
 from scripts.common import free_port  # noqa: E402
 
 TARGET_RATIO = 0.9  # req/s with 5,000 entries per API over 50

@@ -44,8 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
 from scripts.bench import hitload, hitstores  # noqa: E402
-from scripts.bench.hitbench import (  # noqa: E402
-    BASELINE, BEFORE, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict)
+from scripts.bench.hitbench import BASELINE, BEFORE, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict  # noqa: E402
 from scripts.common import HOST, free_port, median, run_in_workdir  # noqa: E402
 
 PATHS = ("plain", "virtual")

@@ -21,8 +21,19 @@ import re
 from typing import Iterator
 
 from scripts.reliability.fuzz_carriers import CASE_TAG, Destinations, ValidRequest, carrier, chunked
-from scripts.reliability.fuzzkit import (ANSWER, ANY, LEFT, METHODS, RAW_SURROGATE, Case, body_of, headers_of,
-                                         path_of, request, virtual_body)
+from scripts.reliability.fuzzkit import (
+    ANSWER,
+    ANY,
+    LEFT,
+    METHODS,
+    RAW_SURROGATE,
+    Case,
+    body_of,
+    headers_of,
+    path_of,
+    request,
+    virtual_body,
+)
 
 
 def _high(rng: random.Random) -> bytes:

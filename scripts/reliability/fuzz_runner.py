@@ -17,8 +17,7 @@ import struct
 import time
 from typing import Iterator
 
-from scripts.reliability.fuzz_judge import (CLOSED, GARBLED, GONE, HANG, NO_ANSWER, REFUSED, TUNNEL, Result,
-                                            judge)
+from scripts.reliability.fuzz_judge import CLOSED, GARBLED, GONE, HANG, NO_ANSWER, REFUSED, TUNNEL, Result, judge
 from scripts.reliability.fuzz_upstream import FuzzUpstream
 from scripts.reliability.fuzzkit import ANY, LEFT, Case
 

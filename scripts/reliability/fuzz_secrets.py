@@ -54,8 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: s
 
 from scripts.common import child_env, run_in_workdir, stbproxy_command  # noqa: E402
 from scripts.reliability.fuzz_upstream import make_tls  # noqa: E402
-from scripts.reliability.secret_echo import (DATA, ECHO_FORMS, QUICK_FORMS, EchoUpstream, Place,  # noqa: E402
-                                             forms_of, places)
+from scripts.reliability.secret_echo import DATA, ECHO_FORMS, QUICK_FORMS, EchoUpstream, Place, forms_of, places  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 LOCATIONS = ("entries", "sessions", "keys", "files", "exports", "redis", "log")

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.common import stbproxy_command  # noqa: E402
+from stbproxy.serve_process import ServeProcess  # noqa: E402
 from tests.conftest import STB_DATA  # noqa: E402
 from tests.fakes.fake_openai import FakeOpenAI  # noqa: E402
 from tests.pipeline_run import PipelineLlm, Script, run_queries  # noqa: E402
-from stbproxy.serve_process import ServeProcess  # noqa: E402
 from tests.stb_server import scenario  # noqa: E402
 
 SETTINGS = {

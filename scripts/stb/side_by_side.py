@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import requests  # noqa: E402
 
 from scripts.common import child_env, free_port  # noqa: E402
+from tests.conftest import STB_DATA  # noqa: E402
 from tests.fakes.fake_openai import FakeOpenAI  # noqa: E402
 from tests.pipeline_run import PipelineLlm, Script, run_queries  # noqa: E402
 from tests.stb_server import scenario  # noqa: E402
-from tests.conftest import STB_DATA  # noqa: E402
 
 CONFIG = """\
 api_key: fake-key

@@ -17,7 +17,6 @@ from stbeval.cassettes import recorded_from_document
 from stbeval.errors import InputError as EvalInputError
 from stbeval.queries import QueryIndex
 from stbeval.trajectories import name_conversations, read_traffic
-
 from stbproxy.cassettes import vcr_format as cassettes
 from stbproxy.cassettes.store import session_answers
 from stbproxy.errors import StbError

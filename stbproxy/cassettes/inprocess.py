@@ -29,8 +29,8 @@ from stbproxy.cassettes.vcr_format import Interaction
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.errors import InputError, UpstreamError
 from stbproxy.keys import KeyRules
-from stbproxy.models import Mode, Request, Response
 from stbproxy.kinds import kinds_for
+from stbproxy.models import Mode, Request, Response
 
 
 class ReplayMismatch(AssertionError):

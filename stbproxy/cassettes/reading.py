@@ -26,12 +26,12 @@ from stbproxy import yaml_text
 from stbproxy.cassettes.vcr_format import Interaction, Problem, one_line
 from stbproxy.errors import InputError
 from stbproxy.keys import KeyRules, stb_api_key
+from stbproxy.kinds import http_call
 from stbproxy.models import ApiRef, Exchange, Headers, Request, Response, Source
 from stbproxy.provenance import SOURCE_HEADER
 from stbproxy.redact import redact_request, redact_response, secret_values
 from stbproxy.stb.api_requests import VIRTUAL_HOST
 from stbproxy.stb.bodies import answer_facts
-from stbproxy.kinds import http_call
 
 # Framing that belongs to one transfer, not to the answer: the store keeps none of it.
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive",

@@ -44,7 +44,6 @@ class _Main(OneLineErrors):
 
 def _eval_group() -> click.Group:
     from stbeval.cli import eval_group  # stbeval never imports the proxy side
-
     from stbproxy.cli.stability import stability
 
     _sessions_as_answers(eval_group)

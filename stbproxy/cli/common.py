@@ -8,8 +8,8 @@ import logging
 import os
 import re
 import select
-import signal
 import shutil
+import signal
 import sys
 import threading
 from pathlib import Path

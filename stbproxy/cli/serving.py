@@ -12,8 +12,16 @@ from pathlib import Path
 import click
 
 from stbproxy import __version__
-from stbproxy.cli.common import (ByteSize, confdir_option, fail, log, missing_roots, remove_new, resolve_confdir,
-                                  store_option)
+from stbproxy.cli.common import (
+    ByteSize,
+    confdir_option,
+    fail,
+    log,
+    missing_roots,
+    remove_new,
+    resolve_confdir,
+    store_option,
+)
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
 from stbproxy.models import Mode

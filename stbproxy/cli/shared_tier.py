@@ -159,8 +159,8 @@ def sync(store, shared, do_push, do_pull):
     """
     from tqdm import tqdm
 
-    from stbproxy.store import sync as tier_sync
     from stbproxy.settings import catalog_path_for
+    from stbproxy.store import sync as tier_sync
     from stbproxy.store.embedded import Store
 
     if not shared:

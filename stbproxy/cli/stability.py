@@ -53,8 +53,15 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
     (no network, no LLM). Prints the table and three checks (all real at 0 %, falling
     without the simulator, flat with it) and writes the plot; exits 1 when a check fails.
     """
-    from stbproxy.stb.stability import (Experiment, plot, read_queries, report_lines, run_experiment, series,
-                                        summary_line)
+    from stbproxy.stb.stability import (
+        Experiment,
+        plot,
+        read_queries,
+        report_lines,
+        run_experiment,
+        series,
+        summary_line,
+    )
     from stbproxy.stb.stability_queries import builtin_queries
 
     try:

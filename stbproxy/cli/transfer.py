@@ -11,7 +11,6 @@ from stbproxy.cli.common import ctrl_c_between_writes, fail, interrupted, known_
 from stbproxy.cli.shared_tier import SharedCopies, SharedImport, open_bulk, open_reader, shared_option
 from stbproxy.errors import StbError
 
-
 # -- export ----------------------------------------------------------------------------------
 
 
@@ -283,10 +282,10 @@ def _check_keys_of(db, store: Path, stb_keys: str) -> None:
 
 def _placed_cache_files(cache_dir: Path, store: Path):
     """The cache files, which of them a request can reach, and the catalog file to key them with."""
-    from stbproxy.stb import cache_placement
-    from stbproxy.stb import cache_import as stb_cache
-    from stbproxy.stb.catalog import Catalog
     from stbproxy.settings import catalog_path_for
+    from stbproxy.stb import cache_import as stb_cache
+    from stbproxy.stb import cache_placement
+    from stbproxy.stb.catalog import Catalog
 
     files = stb_cache.cache_files(cache_dir)
     if not files:
@@ -394,9 +393,9 @@ def import_tools(sources, store, catalog, shared):
     \b
     Example: stbproxy import tools data/toolenv/tools solvable_queries/test_instruction/*.json
     """
-    from stbproxy.stb.catalog import Catalog
     from stbproxy.private_files import private_dir
     from stbproxy.settings import catalog_path_for
+    from stbproxy.stb.catalog import Catalog
 
     target = catalog or catalog_path_for(store)
     saved = False

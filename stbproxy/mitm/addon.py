@@ -14,22 +14,29 @@ from mitmproxy import ctx, exceptions, http
 
 from stbproxy.engine import Answer
 from stbproxy.errors import ConfigError, StbError
+from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, scoped, session_spec
 from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import HEAD_MEMO_MAX, Guard, Refusal, loop_message
-from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.front.limits import url_problem
+from stbproxy.front.views import SHARED, view_for, view_mode
+from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.mitm.connections import ConnectionWatch, Watched
+from stbproxy.mitm.flows import (
+    Prebuilt,
+    error_response,
+    header_items,
+    json_response,
+    request_from_flow,
+    response_to_mitm,
+)
 from stbproxy.mitm.h2_guard import cancelled_on_reset
 from stbproxy.mitm.relay import Relay
 from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
-from stbproxy.mitm.flows import Prebuilt, error_response, header_items, json_response, request_from_flow, response_to_mitm
 from stbproxy.models import Request, Source
 from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.serve_options import SETTINGS, read_options
-from stbproxy.forensics.naming import FORK_HEADER, TRIAL_HEADER, completed, scoped, session_spec
-from stbproxy.front.views import SHARED, view_for, view_mode
 from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
 from stbproxy.settings import Settings
 from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers

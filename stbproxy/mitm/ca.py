@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-
 from stbproxy.errors import ConfigError
 from stbproxy.private_files import exclusive, private_dir
 

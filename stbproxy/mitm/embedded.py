@@ -20,8 +20,12 @@ from mitmproxy.addons import core, next_layer, proxyauth, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
 from stbproxy.errors import ConfigError, StbError
-from stbproxy.front.limits import DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, \
-    DEFAULT_MAX_REQUEST_BODY
+from stbproxy.front.limits import (
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUEST_BODY,
+)
 from stbproxy.mitm import internals
 from stbproxy.mitm.addon import StbAddon
 from stbproxy.mitm.ca import ensure_ca

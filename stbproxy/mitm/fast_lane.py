@@ -22,15 +22,25 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from mitmproxy import connection, flow as mitm_flow, http
-from mitmproxy.utils import human
+from mitmproxy import connection, http
+from mitmproxy import flow as mitm_flow
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook, HttpResponseHook
+from mitmproxy.utils import human
 
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import make_error_response
-
-from stbproxy.mitm.plain_http import MAX_BODY, MAX_HEAD, METHOD_START, Replayed, closes, connect_request, head_end, \
-    plain_request, response_bytes, response_names
+from stbproxy.mitm.plain_http import (
+    MAX_BODY,
+    MAX_HEAD,
+    METHOD_START,
+    Replayed,
+    closes,
+    connect_request,
+    head_end,
+    plain_request,
+    response_bytes,
+    response_names,
+)
 from stbproxy.mitm.streaming import LANE, STREAM, ClientWriter, carry, chunked_head
 from stbproxy.mitm.tunnel_lane import Tunnel
 

@@ -15,8 +15,8 @@ from mitmproxy import exceptions, http
 from mitmproxy.net.http import http1
 
 from stbproxy.mitm.framing import without_hop_by_hop
-from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.models import Request, Response
+from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
 
 log = logging.getLogger("stbproxy")

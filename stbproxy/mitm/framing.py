@@ -17,6 +17,7 @@ lenient, and hop-by-hop header fields (RFC 9110 7.6.1) dropped before a request 
 from __future__ import annotations
 
 import re
+
 import h11  # the body reader's answers are h11's events, as mitmproxy's HTTP/1 layer reads them
 
 _STRIPPED = b" \t\r\x0b\x0c"  # what mitmproxy's reader takes off a header value (bytes.strip(), less LF)

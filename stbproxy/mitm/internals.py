@@ -52,7 +52,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mitmproxy import addonmanager, exceptions, flow as mitm_flow, hooks, http, options
+from mitmproxy import addonmanager, exceptions, hooks, http, options
+from mitmproxy import flow as mitm_flow
 from mitmproxy.master import Master
 from mitmproxy.proxy import commands, events, layer
 from mitmproxy.proxy.mode_servers import RegularInstance

@@ -25,22 +25,27 @@ import collections
 import logging
 import time
 
-from OpenSSL import SSL
-
-from mitmproxy import flow as mitm_flow, http
+from mitmproxy import flow as mitm_flow
+from mitmproxy import http
 from mitmproxy.net.tls import starts_like_tls_record
 from mitmproxy.proxy import commands, events, layer, server_hooks
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
-from mitmproxy.proxy.layers.http import HTTPMode, HttpConnectedHook, HttpConnectErrorHook, HttpConnectHook, \
-    HttpLayer, HttpStream
+from mitmproxy.proxy.layers.http import (
+    HttpConnectedHook,
+    HttpConnectErrorHook,
+    HttpConnectHook,
+    HttpLayer,
+    HTTPMode,
+    HttpStream,
+)
 from mitmproxy.proxy.layers.tls import ClientTLSLayer
 from mitmproxy.utils import human
+from OpenSSL import SSL
 
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import StandIn
-from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, \
-    response_bytes
+from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, response_bytes
 
 log = logging.getLogger("stbproxy")
 connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy's connection handler logs

@@ -18,7 +18,6 @@ import re
 from typing import Any, Mapping
 
 from stbproxy import json_schema
-
 from stbproxy.sim.schema import ValueGenerator
 
 MAX_DEPTH = 12

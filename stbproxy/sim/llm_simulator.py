@@ -23,9 +23,9 @@ from typing import Any
 
 from stbproxy.errors import ConfigError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
+from stbproxy.sim import dialects, mirror_api
 from stbproxy.sim.call_facts import ExampleCache, call_facts
 from stbproxy.sim.config import SimulatorConfig
-from stbproxy.sim import dialects, mirror_api
 from stbproxy.sim.dialects import Dialect
 from stbproxy.sim.llm_prompt import BadReply, answer_response, example_pairs, fit_examples, reply_text, trim
 from stbproxy.sim.mirror_api import ServerFailure

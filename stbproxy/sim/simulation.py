@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from stbproxy.forensics.naming import shared_key
-from stbproxy.stb.bodies import error_object_response
 from stbproxy.models import ApiRef, Request, Response
-
+from stbproxy.stb.bodies import error_object_response
 
 # ``SimulationRequest.doc`` when the engine gives none: the simulator looks the API up itself.
 NOT_DESCRIBED = object()

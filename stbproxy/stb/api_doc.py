@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
+from stbcore.toolbench_names import api_key_name, category_key, function_name, tool_key_in
 from stbproxy.errors import InputError
 from stbproxy.models import ApiRef
-from stbcore.toolbench_names import api_key_name, category_key, function_name, tool_key_in
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ import json
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from stbproxy import jsonsafe, keys
-from stbproxy.stb.catalog import ApiDoc
 from stbcore.toolbench_names import server_names
+from stbproxy import jsonsafe, keys
 from stbproxy.models import ApiRef, Request
+from stbproxy.stb.catalog import ApiDoc
 
 VIRTUAL_HOST = "virtual.invalid"  # stands for an API whose URL is unknown (.invalid is never real)
 # json.dumps with options builds an encoder per call; a stand-in body is made per imported

@@ -30,15 +30,14 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
 from stbproxy import keys
-
-from stbproxy.stb import validity
-from stbproxy.stb.catalog import ApiDoc, Catalog
-from stbproxy.redact import redact_request
-from stbproxy.stb.bodies import answer_parts, api_body_parts, is_plain_answer
 from stbproxy.errors import InputError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.models import ApiRef, Exchange, Source
+from stbproxy.redact import redact_request
+from stbproxy.stb import validity
 from stbproxy.stb.api_requests import VIRTUAL_HOST, stand_in_body, stand_in_request, stored_request
+from stbproxy.stb.bodies import answer_parts, api_body_parts, is_plain_answer
+from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.stb.traffic import keyed_back
 from stbproxy.store.record_format import RecordTemplate, encode_exchange
 

@@ -16,10 +16,6 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
-from stbproxy.errors import InputError
-from stbproxy.models import ApiRef, Headers
-from stbproxy.stb import tool_docs
-from stbproxy.stb.api_doc import ApiDoc, Param
 from stbcore.toolbench_names import (
     api_key_name,
     called_api_key,
@@ -32,6 +28,10 @@ from stbcore.toolbench_names import (
     tool_key,
     tool_key_in,
 )
+from stbproxy.errors import InputError
+from stbproxy.models import ApiRef, Headers
+from stbproxy.stb import tool_docs
+from stbproxy.stb.api_doc import ApiDoc, Param
 from stbproxy.stb.routes import RouteMatch, RouteTable
 from stbproxy.stb.tool_docs import LoadReport
 

@@ -36,10 +36,10 @@ from typing import Any
 
 import requests
 
-from stbproxy.stb.catalog import Catalog, api_key_name, standardize, tool_key
 from stbproxy.errors import InputError, StbError
-from stbproxy.sim.faults import FaultPlan
 from stbproxy.serve_process import ServeProcess
+from stbproxy.sim.faults import FaultPlan
+from stbproxy.stb.catalog import Catalog, api_key_name, standardize, tool_key
 from stbproxy.stb.validity import check_result, judge_object
 
 LEVELS = (0.0, 0.1, 0.2, 0.5)

@@ -16,13 +16,13 @@ from __future__ import annotations
 from stbproxy import jsonsafe, keys
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
-from stbproxy.stb.api_requests import request_args
+from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb import validity
-from stbproxy.stb.bodies import VIRTUAL_STATUS, answer_parts
 from stbproxy.stb.api_doc import ApiDoc
+from stbproxy.stb.api_requests import request_args
+from stbproxy.stb.bodies import VIRTUAL_STATUS, answer_parts
 from stbproxy.stb.catalog import Catalog
 from stbproxy.traffic.plain_http import judge_http
-from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 
 NAME = "stb"

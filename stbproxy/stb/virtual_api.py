@@ -26,20 +26,27 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from stbproxy import jsonsafe, keys
-from stbproxy.keys import EXACT
-from stbproxy.stb.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
 from stbcore.toolbench_names import server_names
+from stbproxy import jsonsafe, keys
 from stbproxy.engine import Answer, Engine
+from stbproxy.forensics.naming import session_spec
+from stbproxy.keys import EXACT
 from stbproxy.models import ApiRef, Headers, Request, Response, Source, header_value
 from stbproxy.provenance import FAILURE_HEADER, FAULT_HEADER, ORIGIN_HEADER, SIMULATOR_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
+from stbproxy.stb.api_requests import (
+    VIRTUAL_HOST,
+    api_request,
+    is_rapidapi_url,
+    stand_in_request,
+    stored_request,
+    toolbench_request,
+)
 from stbproxy.stb.bodies import VIRTUAL_STATUS, WHOLE_ANSWER, body_value
-from stbproxy.stb.api_requests import VIRTUAL_HOST, api_request, is_rapidapi_url, stand_in_request, stored_request, \
-    toolbench_request
-from stbproxy.stb.traffic import DOC_REF, NAME as STABLETOOLBENCH, SENT_NAMES, SERVER_REPLY, keyed_back
+from stbproxy.stb.catalog import ApiDoc, Catalog, called_api_key, category_key, tool_key
+from stbproxy.stb.traffic import DOC_REF, SENT_NAMES, SERVER_REPLY, keyed_back
+from stbproxy.stb.traffic import NAME as STABLETOOLBENCH
 from stbproxy.traffic.seam import Call
-from stbproxy.forensics.naming import session_spec
 
 CHAT_WITH_USER = "chat_with_user"
 TOOL_INPUT_ERROR = "Tool input parse error...\n"  # StableToolBench's answer to a tool_input that is not JSON

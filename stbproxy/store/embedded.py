@@ -24,15 +24,23 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
-from rocksdict import (AccessType, BlockBasedIndexType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch,
-                       WriteOptions)
+from rocksdict import (
+    AccessType,
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from stbproxy.errors import StoreError, StoreLockedError
 from stbproxy.models import Exchange
 from stbproxy.private_files import private_dir
 from stbproxy.sessions import expand_record
-from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
 from stbproxy.store.contract import OneTier
+from stbproxy.store.record_format import decode_exchange, decode_head, encode_exchange
 
 # plain HTTP, catalog-routed APIs, MCP servers, operations of OpenAPI specs
 ENTRY_PREFIXES = ("http/", "api/", "mcp/", "openapi/")

@@ -19,8 +19,16 @@ from collections import Counter, deque
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ResponseError
 
-from stbproxy.store.shared_client import (FAILURES, LEASE_PREFIX, OP_TIMEOUT, SESSION_PREFIX, SESSIONS_KEY, STATS_KEY,
-                                          is_outage, make_async_client)
+from stbproxy.store.shared_client import (
+    FAILURES,
+    LEASE_PREFIX,
+    OP_TIMEOUT,
+    SESSION_PREFIX,
+    SESSIONS_KEY,
+    STATS_KEY,
+    is_outage,
+    make_async_client,
+)
 from stbproxy.store.shared_url import SharedUrl
 
 log = logging.getLogger("stbproxy")

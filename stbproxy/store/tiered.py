@@ -21,12 +21,12 @@ from typing import Awaitable, Callable, Iterator, TypeVar
 
 from stbproxy.errors import StoreError
 from stbproxy.models import Exchange
-from stbproxy.store.shared_bulk import SharedBulk
-from stbproxy.store.shared_tier import NO_LEASE, SharedTier
 from stbproxy.sessions import expand_record
+from stbproxy.store.contract import OneTier
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.record_format import decode_exchange, encode_exchange
-from stbproxy.store.contract import OneTier
+from stbproxy.store.shared_bulk import SharedBulk
+from stbproxy.store.shared_tier import NO_LEASE, SharedTier
 
 log = logging.getLogger("stbproxy")
 

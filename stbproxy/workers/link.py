@@ -24,8 +24,8 @@ from stbproxy.engine import Answer, Engine
 from stbproxy.errors import StbError, StoreError
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.redact import failure_text
-from stbproxy.traffic.seam import Call
 from stbproxy.store.write_failures import WriteFailures
+from stbproxy.traffic.seam import Call
 
 log = logging.getLogger("stbproxy")
 

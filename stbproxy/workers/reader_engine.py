@@ -18,9 +18,9 @@ import logging
 from stbproxy.engine import Answer, Engine, made
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Request
-from stbproxy.traffic.seam import Call
 from stbproxy.store.contract import OneTier
 from stbproxy.store.embedded import Store
+from stbproxy.traffic.seam import Call
 from stbproxy.workers.link import LinkClient
 
 log = logging.getLogger("stbproxy")

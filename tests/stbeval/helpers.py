@@ -9,11 +9,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.fake_openai import HttpError, ToolCall
-
 from stbeval.judge import Judge, JudgeSettings
 from stbeval.judgelog import LOG_NAME, JudgeLog
 from stbeval.prompts import Prompts
+from tests.fakes.fake_openai import HttpError, ToolCall
 
 REPO = Path(__file__).resolve().parents[2]
 from tests.stb_samples import stb_data_path  # noqa: E402

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from stbeval.answers import load_answers, load_ids
-from stbeval.model import Answer, Problem, main_path
 from stbeval.errors import InputError
+from stbeval.model import Answer, Problem, main_path
 from stbeval.passrate import precheck
 from stbeval.toolbench import convert_raw
 from tests.stbeval.helpers import converted_entry, node, write_json

@@ -9,11 +9,13 @@ test_eval_answers.py. Without the real files this module is one skip (see tests/
 from __future__ import annotations
 
 import json
+
 import pytest
+
 from stbeval.answers import load_answers, load_ids, to_converted
 from stbeval.model import Answer, Problem
 from stbeval.passrate import precheck
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.test_eval_answers import (  # noqa: F401  (helpers and fixtures)
     GROUPS,
 )

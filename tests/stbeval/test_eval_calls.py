@@ -17,8 +17,8 @@ from rouge_score import rouge_scorer
 from vcr.serializers import yamlserializer
 
 from stbeval import calls_report
-from stbeval.callcheck import assert_call_accuracy
 from stbeval.answers import load_answers
+from stbeval.callcheck import assert_call_accuracy
 from stbeval.calls import calls_of, compare_runs, tool_call
 from stbeval.cli import eval_group
 from stbeval.model import Answer

@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+
 import pytest
 from rouge_score import rouge_scorer
+
 from stbeval.answers import load_answers
 from stbeval.callcheck import assert_call_accuracy
 from stbeval.calls import calls_of
 from stbeval.model import parse_finish
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.helpers import write_json
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.test_eval_calls import (  # noqa: F401  (helpers and fixtures)
     CHANGED,
     GROUP,

@@ -8,10 +8,12 @@ test_eval_cli.py. Without the real files this module is one skip (see tests/stb_
 from __future__ import annotations
 
 import json
+
 import pytest
 from click.testing import CliRunner
+
 from stbeval.cli import eval_group
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 
 if real_stb_data() is None:
     pytest.skip(skip_reason(), allow_module_level=True)

@@ -9,10 +9,11 @@ test_eval_passrate.py. Without the real files this module is one skip (see tests
 from __future__ import annotations
 
 import pytest
+
 from stbeval.answers import load_answers, load_ids
 from stbeval.passrate import pass_rate
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.helpers import Script, make_judge
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.test_eval_passrate import (  # noqa: F401  (helpers and fixtures)
     _original_labels,
     pstd,

@@ -9,13 +9,15 @@ test_eval_pipeline_session.py. Without the real files this module is one skip (s
 from __future__ import annotations
 
 import json
+
 import pytest
+
 from stbeval.answers import load_answers
 from stbeval.model import Answer
 from stbeval.sources import load_queries
 from tests.pipeline_run import answers_dir, query_file
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.helpers import write_json
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.test_eval_pipeline_session import (  # noqa: F401  (helpers and fixtures)
     QIDS,
     SESSION,

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import shutil
+
 import pytest
 from click.testing import CliRunner
+
 from stbeval.answers import load_answers
 from stbeval.cli import eval_group
 from stbeval.model import Answer, main_path
 from stbeval.passrate import precheck
 from stbproxy.cli import main as stbproxy_main
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.helpers import Script, table_rows, write_json
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.test_eval_tool_calls import (  # noqa: F401  (helpers and fixtures)
     legacy_copy,
     pipeline,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from stbeval.answers import load_answers, load_ids

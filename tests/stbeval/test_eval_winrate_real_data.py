@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+
 import pytest
+
 from stbeval.answers import load_answers
 from stbeval.winrate import win_rate
 from tests.fakes.fake_openai import ToolCall
+from tests.stb_samples import real_stb_data, require_real_stb_data, skip_reason  # noqa: E402
 from tests.stbeval.helpers import make_judge
-from tests.stb_samples import require_real_stb_data, real_stb_data, skip_reason  # noqa: E402
 
 if real_stb_data() is None:
     pytest.skip(skip_reason(), allow_module_level=True)

@@ -11,8 +11,20 @@ from stbeval.errors import InputError
 from stbeval.exec_curl import parse_curl
 from stbeval.exec_http import Reply, Sender, proxy_for_humans
 from stbeval.exec_profiles import PROFILES
-from stbeval.exec_run import (ANSWERED, FAILED, MISS, REFUSED, Allowed, Executed, Item, ItemResult, Keys, judge,
-                              load_items, score)
+from stbeval.exec_run import (
+    ANSWERED,
+    FAILED,
+    MISS,
+    REFUSED,
+    Allowed,
+    Executed,
+    Item,
+    ItemResult,
+    Keys,
+    judge,
+    load_items,
+    score,
+)
 from stbeval.exec_score import Tally, best, compare, items_of
 
 OW, CAT, GENERIC = PROFILES["openweather"], PROFILES["thecatapi"], PROFILES["generic"]
@@ -112,7 +124,9 @@ def test_what_a_reply_counts_as(why, line, reply, status, reason):
 
 
 def test_an_item_scores_against_its_best_answered_label():
-    label = lambda items, status=ANSWERED: Executed("curl x", status, items=items)
+    def label(items, status=ANSWERED):
+        return Executed("curl x", status, items=items)
+
     item = Item("1", "generic", "q", "curl x", ("curl a", "curl b"))
     result = ItemResult(item, [label(None, MISS), label({"a": 1, "b": 2, "c": 3})],
                         Executed("curl x", ANSWERED, items={"a": 1, "b": 2, "c": 0}))
