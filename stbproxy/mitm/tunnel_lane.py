@@ -80,6 +80,9 @@ class _WithoutReply:
         return getattr(self._writer, name)
 
 
+TLS_READ = 65535  # bytes asked of the TLS connection's outgoing memory BIO at a time
+
+
 class _Encrypting:
     """What the lane's answer writes goes through the client's TLS connection."""
 
@@ -219,11 +222,13 @@ class Tunnel:
     def _flush_tls(self) -> None:
         while True:
             try:
-                out = self.tls.bio_read(65535)
+                out = self.tls.bio_read(TLS_READ)
             except SSL.WantReadError:
                 return
             if not self.writer.is_closing():
                 self.writer.write(out)
+            if len(out) < TLS_READ:
+                return  # the memory BIO gave all it held: asking again would only raise WantReadError
 
     async def answer_plain(self) -> None:
         """Answer the complete plain requests received; the first of another kind delegates."""
