@@ -20,6 +20,9 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
      Python's ``ssl``, OpenSSL, curl and browsers do when they keep a session), and the
      connection counts as resumed only when the server took it (``session_reused``);
    - ``keep-alive``: the same GET on one open connection, for scale;
+   - ``plain keep-alive``: the same GET in plain HTTP on one open connection to the proxy
+     (absolute form, as HTTP_PROXY clients send it), from the same Python client: what an
+     HTTPS keep-alive request costs over a plain one with a Python client (target <= 1.5x);
 3. print per way and server: connections/s, p50 and p99 of a connection's wall time, the
    server's CPU per connection (from its process times), the share of connections that
    were resumed, and the ratios stbproxy / mitmdump and full / resumed.
@@ -52,7 +55,8 @@ from scripts.bench import hitstores  # noqa: E402
 from scripts.bench.hitbench import Subject, mitmdump_subject, stbproxy_subject  # noqa: E402
 from scripts.common import HOST, free_port, percentile, run_in_workdir  # noqa: E402
 
-WAYS = ("full", "resumed", "keep-alive")
+WAYS = ("full", "resumed", "keep-alive", "plain keep-alive")
+HTTPS_TARGET = 1.5  # an HTTPS keep-alive request's CPU over a plain one's
 TUNNEL = f"{hitstores.API_HOST}:443"
 
 
@@ -66,6 +70,7 @@ class Client:
         self.session: ssl.SSLSession | None = None
         self.resumed = 0
         self.kept: ssl.SSLSocket | None = None
+        self.plain: socket.socket | None = None
 
     def connect(self, offer_session: bool) -> ssl.SSLSocket:
         raw = socket.create_connection((HOST, self.subject.port))
@@ -83,8 +88,8 @@ class Client:
                                        session=self.session if offer_session else None)
         return tls
 
-    def get(self, tls: ssl.SSLSocket, target: str) -> None:
-        tls.sendall(f"GET {target} HTTP/1.1\r\nHost: {hitstores.API_HOST}\r\nAccept: application/json\r\n"
+    def get(self, tls: ssl.SSLSocket | socket.socket, target: str, prefix: str = "") -> None:
+        tls.sendall(f"GET {prefix}{target} HTTP/1.1\r\nHost: {hitstores.API_HOST}\r\nAccept: application/json\r\n"
                     f"User-Agent: stbproxy-bench\r\n\r\n".encode())
         data = b""
         while b"\r\n\r\n" not in data:
@@ -97,13 +102,19 @@ class Client:
         if not head.startswith(b"HTTP/1.1 200") or body != hitstores.http_body(target):
             raise RuntimeError(f"{self.subject.name}: a wrong answer for {target}: {head[:80]!r}")
 
-    def _recv(self, tls: ssl.SSLSocket) -> bytes:
+    def _recv(self, tls: ssl.SSLSocket | socket.socket) -> bytes:
         chunk = tls.recv(65536)
         if not chunk:
             raise RuntimeError(f"{self.subject.name} closed the connection mid-answer")
         return chunk
 
     def one(self, way: str, target: str) -> None:
+        if way == "plain keep-alive":
+            if self.plain is None:
+                self.plain = socket.create_connection((HOST, self.subject.port))
+                self.plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.get(self.plain, target, f"http://{hitstores.API_HOST}")
+            return
         if way == "keep-alive":
             if self.kept is None:
                 self.kept = self.connect(offer_session=False)
@@ -121,6 +132,8 @@ class Client:
     def close(self) -> None:
         if self.kept is not None:
             self.kept.close()
+        if self.plain is not None:
+            self.plain.close()
 
 
 def measure(client: Client, way: str, connections: int) -> dict:
@@ -144,11 +157,12 @@ def measure(client: Client, way: str, connections: int) -> dict:
 def run(args, workdir: Path, stack) -> int:
     targets = hitstores.http_targets(200)
     store = workdir / "store"
-    hitstores.fill_http_store(store, workdir, [f"https://{hitstores.API_HOST}"], targets)
+    bases = [f"https://{hitstores.API_HOST}", f"http://{hitstores.API_HOST}"]
+    hitstores.fill_http_store(store, workdir, bases, targets)
     confdir = workdir / "certs"
     subjects = [stbproxy_subject("stbproxy", store, confdir=confdir)]
     stack.callback(subjects[-1].stop)
-    addon = hitstores.dict_addon(workdir, [f"https://{hitstores.API_HOST}"], targets, None)
+    addon = hitstores.dict_addon(workdir, bases, targets, None)
     subjects.append(mitmdump_subject(addon, free_port(), confdir))
     stack.callback(subjects[-1].stop)
     clients = {s.name: Client(s, targets) for s in subjects}
@@ -185,6 +199,14 @@ def run(args, workdir: Path, stack) -> int:
         print(f"{name}: a full handshake costs {med(name, 'full', 'cpu_ms') / med(name, 'resumed', 'cpu_ms'):.2f}x "
               f"a resumed one, {med(name, 'full', 'cpu_ms') / med(name, 'keep-alive', 'cpu_ms'):.1f}x "
               "a keep-alive request")
+    for name in clients:
+        pairs = list(zip(results[(name, "keep-alive")], results[(name, "plain keep-alive")]))
+        cpu = statistics.median(https["cpu_ms"] / plain["cpu_ms"] for https, plain in pairs)
+        wall = statistics.median(https["p50_ms"] / plain["p50_ms"] for https, plain in pairs)
+        verdict = "met" if cpu <= HTTPS_TARGET else "MISSED"
+        print(f"{name}: with a Python client, an HTTPS keep-alive request costs {cpu:.2f}x a plain keep-alive one in "
+              f"server CPU (median of the repeats' ratios; target <= {HTTPS_TARGET}: {verdict}), and takes {wall:.2f}x "
+              "its p50 wall time (the client's own TLS work included)")
     unresumed = [name for name in clients if med(name, "resumed", "resumed") == 0]
     if unresumed:
         print(f"no session offered was resumed by: {', '.join(unresumed)}")
