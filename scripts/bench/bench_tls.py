@@ -39,7 +39,6 @@ Usage: python scripts/bench/bench_tls.py [--connections N] [--repeats R] [--quic
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import socket
