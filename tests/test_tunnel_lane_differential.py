@@ -57,9 +57,9 @@ CONVERSATIONS = {
 }
 
 
-def connect(port: int, target: str, extra: str = "") -> tuple[socket.socket, bytes]:
+def connect(port: int, target: str, extra: str = "", version: str = "HTTP/1.1") -> tuple[socket.socket, bytes]:
     sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{extra}\r\n".encode())
+    sock.sendall(f"CONNECT {target} {version}\r\nHost: {target}\r\n{extra}\r\n".encode())
     return sock, read_connect_answer(sock)
 
 
@@ -71,7 +71,7 @@ def read_connect_answer(sock: socket.socket) -> bytes:
         if not chunk:
             return head + b"[closed]"
         head += chunk
-    if re.match(rb"HTTP/1\.1 2\d\d", head):
+    if re.match(rb"HTTP/1\.[01] 2\d\d", head):
         return head
     answer, rest, _closed = read_answer(sock, head, b"CONNECT")
     assert rest == b""
@@ -100,6 +100,23 @@ def special_cases(proxy: ProxyProcess, upstream: Upstream) -> dict[str, bytes]:
     with sock:
         sock.sendall(f"GET http://{target}/echo/after HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
         found["refused connect"] = answer + b"\n----\n" + read_answer(sock, b"", b"GET")[0]
+    # an HTTP/1.0 CONNECT, as Python's http.client (requests, urllib3) sends it, then keep-alive
+    # requests inside; and one refused, after which the connection closes
+    sock, answer = connect(proxy.port, target, version="HTTP/1.0")
+    with client_context(proxy.ca_file).wrap_socket(sock, server_hostname="localhost") as tls:
+        found["http/1.0 connect"] = converse_on(
+            tls, [get(path).replace("{host}", target).encode() for path in ("/echo/p1", "/echo/p1", "/echo/p2")],
+            answer + b"\n----\n")
+    sock, answer = connect(proxy.port, "api.example.com:443", version="HTTP/1.0")
+    with sock:  # closed after the answer, as an HTTP/1.0 request without keep-alive asks
+        sock.settimeout(5)
+        try:
+            after = b"[closed]" if not sock.recv(1) else b"[open]"
+        except TimeoutError:
+            after = b"[open]"
+        except OSError:
+            after = b"[closed]"
+        found["refused http/1.0 connect"] = answer + b"\n----\n" + after
     # plain HTTP inside a tunnel: mitmproxy's to carry (it answers the CONNECT again; sent once)
     sock, answer = connect(proxy.port, target)
     with sock:
@@ -173,6 +190,10 @@ def test_https_with_and_without_the_fast_lane_every_answer_is_the_same(tmp_path,
     assert with_lane["hits"].endswith(b"[closed]")
     assert b"HTTP/1.1 200" in with_lane["mixed"].split(b"\n----\n")[3]  # GET after the HEAD mitmproxy served
     assert with_lane["refused connect"].startswith(b"HTTP/1.1 403")
+    assert with_lane["http/1.0 connect"].startswith(b"HTTP/1.0 200 Connection established")
+    assert with_lane["http/1.0 connect"].count(b"X-Stb-Source: cache") == 1  # the second /echo/p1
+    assert with_lane["refused http/1.0 connect"].startswith(b"HTTP/1.1 403")
+    assert with_lane["refused http/1.0 connect"].endswith(b"[closed]")
     tunnelled = with_lane["plain http in a tunnel"]  # the upstream speaks TLS only: a simulated answer
     assert tunnelled.count(b"Connection established") == 1 and b"X-Stb-Source: simulated" in tunnelled
     assert with_lane["alpn offered h2, http/1.1"] == b"h2"

@@ -202,7 +202,8 @@ def _target_authority(authority: bytes) -> tuple[str, int] | None:
 
 def connect_request(head: bytes, validate_headers: bool) -> http.Request | None:
     """The CONNECT request mitmproxy would read from ``head``, when it is of the plain kind:
-    HTTP/1.1, authority-form, no body, Expect or Upgrade, a head mitmproxy accepts."""
+    HTTP/1.1 or HTTP/1.0 (Python's http.client, and so requests and urllib3, send their
+    CONNECT so), authority-form, no body, Expect or Upgrade, a head mitmproxy accepts."""
     lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")[:-2]]
     if not lines or not lines[0].startswith(b"CONNECT ") or hides_bytes(head):
         return None
@@ -211,7 +212,7 @@ def connect_request(head: bytes, validate_headers: bool) -> http.Request | None:
     except ValueError:
         return None
     names = {name.lower() for name, _ in request.headers.fields}
-    if (request.http_version != "HTTP/1.1" or not request.host or not request.port
+    if (request.http_version not in ("HTTP/1.1", "HTTP/1.0") or not request.host or not request.port
             or names & {b"content-length", b"transfer-encoding", b"expect", b"upgrade"}
             or validate_request(HTTPMode.regular, request, validate_headers) is not None):
         return None

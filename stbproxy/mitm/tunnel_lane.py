@@ -27,6 +27,7 @@ import time
 
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
+from mitmproxy.net.http import http1
 from mitmproxy.net.tls import starts_like_tls_record
 from mitmproxy.proxy import commands, events, layer, server_hooks
 from mitmproxy.proxy.context import Context
@@ -145,7 +146,10 @@ class Tunnel:
             await self.lane.addons.handle_lifecycle(HttpConnectErrorHook(flow))
             flow.live = False
             self.writer.write(reply)
-            return closes(request, response, names)
+            # as mitmproxy's HTTP/1 server: closed when the answer or the request says so (an
+            # HTTP/1.0 CONNECT without keep-alive, what Python's http.client sends)
+            return closes(request, response, names) or http1.connection_close(request.http_version,
+                                                                               request.headers)
         await self.lane.addons.handle_lifecycle(HttpConnectedHook(flow))
         self.writer.write(reply)
         try:
