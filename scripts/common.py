@@ -47,6 +47,21 @@ def child_env(*, drop_prefixes: tuple[str, ...] = ("STBPROXY_",), **extra: str) 
     return env | extra
 
 
+def open_tunnel(sock: socket.socket, authority: str) -> None:
+    """CONNECT ``authority`` through the proxy ``sock`` is connected to: its answer's head is
+    read to its end and no byte past it (TLS follows); ConnectionError when it is refused or
+    the proxy closes first."""
+    sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            raise ConnectionError("the proxy closed the connection before answering the CONNECT")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise ConnectionError(f"CONNECT refused: {head[:100]!r}")
+
+
 def percentile(ordered: list[float], pct: float) -> float:
     """The pct-th percentile of an ascending list (nearest rank); nan when empty."""
     if not ordered:

@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.common import HOST, child_env, run_in_workdir, tree_pids  # noqa: E402
+from scripts.common import HOST, child_env, open_tunnel, run_in_workdir, tree_pids  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
 from stbproxy.store.embedded import Store  # noqa: E402
 
@@ -194,15 +194,7 @@ def fetch(proxy_port: int, scheme: str, upstream_port: int, target: str, ca_file
     conn: socket.socket = socket.create_connection((HOST, proxy_port), timeout=600)
     try:
         if scheme == "https":
-            conn.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-            reply = b""
-            while b"\r\n\r\n" not in reply:
-                more = conn.recv(4096)
-                if not more:
-                    raise RuntimeError("the proxy closed the tunnel")
-                reply += more
-            if not reply.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"CONNECT refused: {reply[:100]!r}")
+            open_tunnel(conn, authority)
             conn = ssl.create_default_context(cafile=str(ca_file)).wrap_socket(conn, server_hostname=HOST)
             line = f"GET {target} HTTP/1.1\r\n"
         else:

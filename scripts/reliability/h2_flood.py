@@ -53,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.common import HOST, child_env, percentile, run_in_workdir  # noqa: E402
+from scripts.common import HOST, child_env, open_tunnel, percentile, run_in_workdir  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 LANES = {"fast-lane": (), "no-fast-lane": ("--no-fast-lane",)}
@@ -129,15 +129,7 @@ class HostileH2:
 
         sock = socket.create_connection((HOST, self.proxy_port), timeout=10)
         with contextlib.closing(sock):
-            sock.sendall(f"CONNECT {self.authority} HTTP/1.1\r\nHost: {self.authority}\r\n\r\n".encode())
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = sock.recv(1)
-                if not chunk:
-                    raise ConnectionError("the proxy closed the CONNECT")
-                head += chunk
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise ConnectionError(f"CONNECT refused: {head[:40]!r}")
+            open_tunnel(sock, self.authority)
             tls = self.context.wrap_socket(sock, server_hostname=self.authority.rsplit(":", 1)[0])
             conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
             conn.initiate_connection()

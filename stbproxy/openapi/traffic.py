@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from http.cookies import CookieError, SimpleCookie
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
@@ -22,7 +21,7 @@ from stbproxy.openapi import answers
 from stbproxy.openapi.catalog import OpenApiCatalog
 from stbproxy.openapi.describe import operation_doc
 from stbproxy.openapi.model import Operation
-from stbproxy.openapi.validate import request_problem
+from stbproxy.openapi.validate import cookies_of, request_problem
 from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb import validity
 from stbproxy.stb.validity import FailureKind, Verdict
@@ -238,7 +237,7 @@ def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
     declared = {p.name for p in op.parameters if p.where == "query"}
     undeclared = sorted({k for k, _ in query if k not in declared})
     headers = {}
-    cookies = _cookies(request.header("cookie"))
+    cookies = cookies_of(request.header("cookie"))
     for p in op.parameters:
         if p.where == "header" and p.name.lower() not in rules.secret_headers:
             value = request.header(p.name)
@@ -258,17 +257,6 @@ def _arguments(op: Operation, path_args, request: Request, rules: KeyRules):
         args["body"] = body if body_kind == "form" else f"<{body_kind} body>"
     material = [op.id, sorted(path_args.items()), query, sorted(headers.items()), body_kind, body]
     return args, undeclared, material
-
-
-def _cookies(header: str | None) -> dict[str, str]:
-    if not header:
-        return {}
-    jar = SimpleCookie()
-    try:
-        jar.load(header)
-    except CookieError:
-        return {}
-    return {name.lower(): morsel.value for name, morsel in jar.items()}
 
 
 def _value_of(response: Response) -> Any:

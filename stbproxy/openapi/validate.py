@@ -37,7 +37,7 @@ def request_problem(op: Operation, request: Request, path_args: Mapping[str, str
     if missing is not None:
         return Broken("security", missing)
     query = parse_qsl(urlsplit(request.url).query, keep_blank_values=True)
-    cookies = _cookies(request.header("cookie"))
+    cookies = cookies_of(request.header("cookie"))
     for p in op.parameters:
         found = _values(p, path_args, query, request, cookies)
         if not found:
@@ -67,7 +67,7 @@ def _has_credential(scheme: tuple[str, str, str, str], request: Request) -> bool
             return any(k == what for k, _ in parse_qsl(urlsplit(request.url).query, keep_blank_values=True))
         if where == "header":
             return request.header(what) is not None
-        return what.lower() in _cookies(request.header("cookie"))
+        return what.lower() in cookies_of(request.header("cookie"))
     auth = (request.header("authorization") or "").strip()
     if not auth:
         return False
@@ -237,7 +237,8 @@ def _json_type(value: Any) -> str:
     return "string"
 
 
-def _cookies(header: str | None) -> dict[str, str]:
+def cookies_of(header: str | None) -> dict[str, str]:
+    """A Cookie header's pairs, names lower-cased ({} when it does not parse)."""
     if not header:
         return {}
     jar = SimpleCookie()
