@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from stbproxy.errors import InputError
 from stbproxy.keys import normalize_path
@@ -88,19 +88,13 @@ class OpenApiCatalog:
     # -- matching requests -------------------------------------------------------------
 
     def match(self, method: str, url: str) -> Match | None:
-        if self._routes is None:
-            self._routes = _routes(self.operations())
-        try:
-            parts = urlsplit(url)
-            host = _host(parts.scheme, parts.hostname, parts.port)
-        except ValueError:
+        place = self._place(url)
+        if place is None:
             return None
-        routes = self._routes.get((host, method.upper()))
+        host, path, parts = place
+        routes = self._route_table().get((host, method.upper()))
         if not routes:
             return None
-        path = normalize_path(parts.path or "/")
-        if len(path) > 1:
-            path = path.rstrip("/")
         query = None
         for route in routes:
             found = route.pattern.fullmatch(path)
@@ -115,18 +109,13 @@ class OpenApiCatalog:
     def unmatched(self, method: str, url: str) -> tuple[str, tuple[str, ...]] | None:
         """For a request no operation takes, under a documented server's URL: the spec's name
         and the methods its path is an operation for (none: an unknown path); else None."""
-        if self._routes is None:
-            self._routes = _routes(self.operations())
-        try:
-            parts = urlsplit(url)
-            host = _host(parts.scheme, parts.hostname, parts.port)
-        except ValueError:
+        place = self._place(url)
+        if place is None:
             return None
-        path = normalize_path(parts.path or "/")
-        path = path.rstrip("/") if len(path) > 1 else path
+        host, path, _ = place
         spec = None
         allowed = set()
-        for (route_host, route_method), routes in self._routes.items():
+        for (route_host, route_method), routes in self._route_table().items():
             if route_host != host:
                 continue
             for route in routes:
@@ -136,6 +125,22 @@ class OpenApiCatalog:
                     allowed.add(route_method)
                     spec = route.operation.spec
         return (spec, tuple(sorted(allowed))) if spec is not None else None
+
+    def _route_table(self) -> dict:
+        if self._routes is None:
+            self._routes = _routes(self.operations())
+        return self._routes
+
+    @staticmethod
+    def _place(url: str) -> tuple[str, str, SplitResult] | None:
+        """A URL's host (as routes are keyed), normalized path and parts; None when it does not parse."""
+        try:
+            parts = urlsplit(url)
+            host = _host(parts.scheme, parts.hostname, parts.port)
+        except ValueError:
+            return None
+        path = normalize_path(parts.path or "/")
+        return host, (path.rstrip("/") if len(path) > 1 else path), parts
 
     # -- the file ----------------------------------------------------------------------
 
