@@ -46,7 +46,8 @@ def virtual_call(method: str, path: str, body: Any, headers: Mapping[str, str]) 
     tool, api = body.get("tool_name"), body.get("api_name")
     if not isinstance(tool, str) or not isinstance(api, str):
         return None
-    category = body.get("category") if isinstance(body.get("category"), str) else ""
+    category = body.get("category")
+    category = category if isinstance(category, str) else ""
     tool_std = standard_tool_name(tool, category_key(category))
     name = function_name(called_api_key(api, tool, category), tool_std)
     return WireCall("stb", name, _arguments(body.get("tool_input")))
@@ -72,7 +73,8 @@ def mcp_call(method: str, path: str, body: Any, headers: Mapping[str, str]) -> W
         return WireCall("mcp", None) if _MCP_SESSION in headers or "mcp-protocol-version" in headers else None
     if not isinstance(rpc, str) or not rpc.startswith(_MCP_ONLY):
         return None
-    params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    params = body.get("params")
+    params = params if isinstance(params, dict) else {}
     if rpc == "tools/call" and isinstance(params.get("name"), str):
         arguments = params.get("arguments")
         return WireCall("mcp", params["name"], arguments if isinstance(arguments, dict) else {})
@@ -91,9 +93,11 @@ def answer_text(call: WireCall, response_text: str) -> str:
     message = _json_rpc_answer(response_text)
     if message is None:
         return response_text
-    if isinstance(message.get("error"), dict):
-        return f"error {message['error'].get('code')}: {message['error'].get('message')}"
-    result = message.get("result") if isinstance(message.get("result"), dict) else {}
+    error = message.get("error")
+    if isinstance(error, dict):
+        return f"error {error.get('code')}: {error.get('message')}"
+    result = message.get("result")
+    result = result if isinstance(result, dict) else {}
     texts = [c["text"] for c in result.get("content") or [] if isinstance(c, dict) and isinstance(c.get("text"), str)]
     if texts:
         return "\n".join(texts)
@@ -102,7 +106,7 @@ def answer_text(call: WireCall, response_text: str) -> str:
     return json.dumps(result, ensure_ascii=False)
 
 
-def _json_rpc_answer(text: str) -> dict | None:
+def _json_rpc_answer(text: str) -> dict[str, Any] | None:
     candidates = [text]
     if not text.lstrip().startswith("{"):  # server-sent events: the data of each event
         candidates = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]

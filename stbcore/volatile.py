@@ -34,6 +34,6 @@ def same_answer(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     try:
-        return steady(json.loads(a)) == steady(json.loads(b))
+        return bool(steady(json.loads(a)) == steady(json.loads(b)))
     except (ValueError, RecursionError):
         return False

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from stbcore.arguments import SECRET_FIELDS, arg_text, arguments_digest  # noqa: F401  (re-exported)
@@ -22,8 +22,14 @@ from stbproxy import jsonsafe
 from stbproxy.models import ApiRef, Request
 from stbproxy.multipart import Part, is_multipart_type, multipart_parts
 
+T = TypeVar("T")
 
-class Names(frozenset):
+
+def _lower(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(name.lower() for name in names)
+
+
+class Names(frozenset[str]):
     """Lower-case field or header names, looked up as the proxy matches secret names:
     whatever the case (``API_KEY``, ``Toolbench_Key``), and with array and nested form
     spellings (``api_key[]``, ``api_key[0]``, ``auth[password]``) matching the name inside
@@ -126,13 +132,12 @@ class KeyRules:
     def __post_init__(self) -> None:
         if self.stb_keys not in STB_KEYS:
             raise ValueError(f"stb_keys must be one of {', '.join(STB_KEYS)}, not {self.stb_keys!r}")
-        lower = lambda names: frozenset(n.lower() for n in names)  # noqa: E731
         fields = (SECRET_FIELDS_DEFAULT | _all_spellings(self.extra_secret_fields)) - _all_spellings(
             self.not_secret_fields)
-        headers = (SECRET_HEADERS | lower(self.extra_secret_headers)) - lower(self.not_secret_headers)
+        headers = (SECRET_HEADERS | _lower(self.extra_secret_headers)) - _lower(self.not_secret_headers)
         object.__setattr__(self, "secret_fields", Names(fields))
         object.__setattr__(self, "secret_headers", Names(headers))
-        object.__setattr__(self, "unkeyed_fields", Names(fields | lower(self.volatile_fields)))
+        object.__setattr__(self, "unkeyed_fields", Names(fields | _lower(self.volatile_fields)))
 
     @classmethod
     def build(
@@ -332,7 +337,7 @@ def _without_dot_segments(path: str) -> str:
     return "/".join(kept)
 
 
-def _sorted_by_name(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+def _sorted_by_name(pairs: Iterable[tuple[str, T]]) -> tuple[tuple[str, T], ...]:
     # sorted() is stable: repeated names keep the order the client sent them in.
     return tuple(sorted(pairs, key=lambda pair: pair[0]))
 
@@ -345,9 +350,9 @@ def is_json_type(content_type: str | None) -> bool:
 
 
 def is_form_type(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == (
-        "application/x-www-form-urlencoded"
-    )
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "application/x-www-form-urlencoded"
 
 
 def _multipart_canonical(body: bytes, parts: list[Part], rules: KeyRules, secrets: frozenset[str]) -> str:
@@ -399,7 +404,7 @@ def canonical_body(body: bytes, content_type: str | None, rules: KeyRules = DEFA
     return "bytes", hashlib.sha256(_scrub_bytes(body, secrets)).hexdigest()
 
 
-def _without_secrets(value: Any, secrets: frozenset[str], text_of) -> str:
+def _without_secrets(value: Any, secrets: frozenset[str], text_of: Callable[[Any], str]) -> str:
     """``text_of(value)``, made again from the value with each secret REDACTED in its strings
     and member names when the text holds one (a scan of the text finds it in any form)."""
     text = text_of(value)
@@ -492,7 +497,7 @@ def _json_text(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _query_differences(stored, incoming) -> list[Difference]:
+def _query_differences(stored: Iterable[tuple[str, str]], incoming: Iterable[tuple[str, str]]) -> list[Difference]:
     left, right = _group(stored), _group(incoming)
     return [
         Difference(f"query:{name}", _join(left.get(name)), _join(right.get(name)))
@@ -501,7 +506,7 @@ def _query_differences(stored, incoming) -> list[Difference]:
     ]
 
 
-def _group(pairs) -> dict[str, list[str]]:
+def _group(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = {}
     for name, value in pairs:
         grouped.setdefault(name, []).append(value)

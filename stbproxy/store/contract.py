@@ -9,7 +9,7 @@ them to it (tests/test_store_contract.py runs mypy on each as an EngineStore).
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Iterator, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Protocol, TypeVar
 
 from stbproxy.models import Exchange
 
@@ -40,11 +40,11 @@ class EngineStore(Protocol):
         """``work``'s answer to a miss, or the entry another proxy sharing the tier stored for
         ``key`` meanwhile: one real call per key across a fleet."""
 
-    def append_session(self, name: str, record: dict) -> int:
+    def append_session(self, name: str, record: dict[str, Any]) -> int:
         """Add ``record`` to session ``name``'s log; its sequence number (0 when another
         process numbers it)."""
 
-    def session_records(self, name: str) -> Iterator[dict]:
+    def session_records(self, name: str) -> Iterator[dict[str, Any]]:
         """Session ``name``'s records in order (a fork or an ordered replay reads them)."""
 
     def miss_note(self, key: str) -> str | None:

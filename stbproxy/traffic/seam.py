@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, NamedTuple, Protocol, Sequence
 
+from stbproxy.errors import UpstreamError
 from stbproxy.forensics.naming import shared_key
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request, Response, Source
@@ -54,7 +55,7 @@ class Judged(NamedTuple):
 
     response: Response
     verdict: Verdict
-    meta: dict
+    meta: dict[str, Any]
     keep: bool = True
 
 
@@ -75,7 +76,7 @@ class TrafficKind(Protocol):
     def judge(self, call: Call, response: Response, validity: str) -> Judged:
         """Whether a real answer to ``call`` is valid under the ``--validity`` setting."""
 
-    def miss_document(self, call: Call, explanation: dict) -> dict:
+    def miss_document(self, call: Call, explanation: dict[str, Any]) -> dict[str, Any]:
         """The JSON body of a replay miss, in the shape this kind's clients read
         (``explanation``: what was asked, the closest stored request and how it differs)."""
 
@@ -84,7 +85,7 @@ class TrafficKind(Protocol):
         description, parameters and documented answers (ToolBench's doc fields, which every
         kind fills in as it can), or None when this kind knows nothing of it."""
 
-    def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+    def served(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
         """The answer as this request's client must get it (a stored answer given the
         request's own JSON-RPC id, say); ``source``: how the engine made it."""
 
@@ -115,13 +116,13 @@ class BaseKind:
     name = "base"
     keyed_per_trial = False  # a tool's answer is the same in every trial
 
-    def miss_document(self, call: Call, explanation: dict) -> dict:
+    def miss_document(self, call: Call, explanation: dict[str, Any]) -> dict[str, Any]:
         return explanation
 
     def describe(self, call: Call) -> ApiDoc | None:
         return None
 
-    def served(self, call: Call, response: Response, source: Source, meta: Mapping) -> Response:
+    def served(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
         return response
 
     def local_answer(self, call: Call) -> Response:
@@ -138,6 +139,8 @@ class BaseKind:
         return None
 
     async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
+        if call.upstream is None:  # the engine asks only for calls with a real API
+            raise UpstreamError(call.no_upstream or "no real API is known for this call")
         return await send(call.upstream)
 
 
