@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -100,7 +101,32 @@ def test_bench_tls_quick():
     for server in ("stbproxy", "mitmdump \\+ dict"):
         assert re.search(rf"{server} +resumed +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +100%", out), out
     assert re.search(r"stbproxy: a full handshake costs [\d.]+x a resumed one", out), out
+    assert re.search(r"stbproxy: with a Python client, an HTTPS keep-alive request costs [\d.]+x a plain keep-alive "
+                     r"one in server CPU", out), out
     assert "failed requests: 0" in out, out
+
+
+def test_bench_stb_server_skips_without_a_checkout():
+    env = {key: value for key, value in os.environ.items() if key != "STB_CHECKOUT"}
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_stb_server.py")], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "skipped: no StableToolBench checkout named" in done.stdout, done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk (Debian's package) is not installed")
+def test_bench_stb_server_quick_with_a_checkout():
+    checkout, python = os.environ.get("STB_CHECKOUT"), os.environ.get("STB_PYTHON")
+    if not checkout or not python:
+        pytest.skip("set STB_CHECKOUT (a StableToolBench checkout) and STB_PYTHON (its server's interpreter)")
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_stb_server.py"), "--quick", "--stb-checkout", checkout,
+                           "--python", python], capture_output=True, text=True, timeout=230)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    for concurrency in (1, 16, 32):
+        assert re.search(rf"concurrency {concurrency}: stbproxy answers [\d.]+x StableToolBench's server's", done.stdout)
+    assert "all answers checked" in done.stdout, done.stdout
 
 
 
