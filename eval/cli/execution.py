@@ -103,7 +103,8 @@ def exec_cmd(items_path: Path, out: Path | None, default_task: str, proxy: str |
     bar = Bar("running", progress)
     try:
         with Sender(proxy, ca=ca or _ca_from_env(), timeout=timeout, scrub=keys.scrub) as sender:
-            click.echo(f"{len(items)} items through the proxy at {proxy_for_humans(proxy)}", err=True)
+            plural = "" if len(items) == 1 else "s"
+            click.echo(f"{len(items)} item{plural} through the proxy at {proxy_for_humans(proxy)}", err=True)
             result = run(items, sender, keys, allow_host, labels_only=labels_only, progress=bar, warn=warnings)
     finally:
         bar.close()
