@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .exec_score import NO_ANSWER, STATUSES
-from .tables import SUMMARY, markdown
+from .tables import SUMMARY, markdown, read_json_lines
 
 if TYPE_CHECKING:  # a report reads run folders without loading the runner (and httpx)
     from .exec_run import ExecRun
@@ -118,14 +118,7 @@ def read_items(folder: Path) -> list[dict[str, Any]]:
     path = folder / ITEMS_JSONL
     if not path.is_file():
         raise InputError(f"{folder}: no {ITEMS_JSONL} (an eval exec run folder holds one)")
-    items = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                items.append(json.loads(line))
-            except ValueError as exc:
-                raise InputError(f"{path}:{number}: not a JSON line ({exc})") from None
-    return items
+    return read_json_lines(path)
 
 
 def report_run(folder: Path, summary: dict[str, Any], run: dict[str, Any]) -> None:

@@ -6,7 +6,6 @@ document, ``stbeval-report/1``: each run's summary, its queries as the run wrote
 from __future__ import annotations
 
 import csv
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from .exec_report import report_run as _exec_run
 from .model import FINISH, parse_finish
 from .report import load_summary
 from .report_queries import QUERIES_FILE
+from .tables import read_json_lines
 
 FORMAT = "stbeval-report/1"
 _VERDICT_STATUS = {"passed": "solved", "failed": "unsolved", "unscored": "unscored", "missing": "missing"}
@@ -153,14 +153,7 @@ def _read_queries(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise InputError(f"{path.parent.parent}: no {path.relative_to(path.parent.parent)}; evaluate the run again "
                          "with this version to list its queries")
-    queries = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                queries.append(json.loads(line))
-            except ValueError as exc:
-                raise InputError(f"{path}:{number}: not a JSON line ({exc})") from None
-    return queries
+    return read_json_lines(path)
 
 
 def compare(run: dict[str, Any], base: dict[str, Any]) -> None:
