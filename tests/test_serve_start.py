@@ -220,3 +220,19 @@ def test_the_ready_line_says_what_really_answers_virtual_misses(tmp_path, upstre
     assert forecast.headers["X-Stb-Source"] == "upstream" and upstream.hits["/echo/forecast"] == 1
     assert alerts.headers["X-Stb-Source"] != "upstream" and "no RapidAPI key" in alerts.json()["error"]
     assert relayed.headers["X-Stb-Source"] == "upstream" and len(upstream.virtual_calls) == 1
+
+
+def test_a_refused_start_removes_what_it_made_and_never_what_another_start_made_meanwhile(tmp_path):
+    from stbproxy.cli.common import missing_roots, remove_new
+
+    ours, theirs = tmp_path / "s" / "store-1", tmp_path / "s" / "store-0"
+    made = missing_roots(ours, tmp_path / "ca" / "certs")  # taken before anything exists: "s" is new
+    (ours / "data").mkdir(parents=True)
+    (tmp_path / "ca" / "certs").mkdir(parents=True)
+    theirs.mkdir()  # a start side by side under the same new folder
+    (theirs / "CURRENT").write_text("another store")
+    remove_new(made)
+    assert not ours.exists() and not (tmp_path / "ca").exists()
+    assert (theirs / "CURRENT").read_text() == "another store"
+    remove_new(missing_roots(tmp_path / "x" / "y"))  # nothing made: nothing to remove, no error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]

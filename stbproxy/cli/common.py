@@ -284,20 +284,30 @@ def _upper(name: str) -> str:
     return name.upper().replace("-", "_")
 
 
-def missing_roots(*paths: Path) -> list[Path]:
-    """For each path, the first of its ancestors (or itself) that does not exist yet: the
-    folder that creating it would make, with all it would hold. A command that refuses to
+def missing_roots(*paths: Path) -> list[tuple[Path, Path]]:
+    """For each path that does not exist yet, itself and the first of its ancestors that does
+    not exist either: the folder that creating it would make. A command that refuses to
     start removes them again (remove_new), so that a refused start leaves nothing behind."""
-    roots: list[Path] = []
+    roots: list[tuple[Path, Path]] = []
     for path in paths:
         path = Path(path).absolute()
         missing = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
-        if missing is not None and missing not in roots:
-            roots.append(missing)
+        if missing is not None:
+            roots.append((path, missing))
     return roots
 
 
-def remove_new(roots: list[Path]) -> None:
-    for root in roots:
-        if root.is_dir() and not root.is_symlink():
-            shutil.rmtree(root, ignore_errors=True)
+def remove_new(roots: list[tuple[Path, Path]]) -> None:
+    """Remove what a refused start made: the path itself (its store, its CA), then each
+    folder above it up to its root while it is empty. A folder another process filled
+    meanwhile (two starts side by side under one new folder) stays with what it holds."""
+    for path, root in roots:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        for folder in [path.parent, *path.parent.parents] if path != root else []:
+            if root not in (folder, *folder.parents):
+                break
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (another's), or gone
+                break
