@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: s
 
 from scripts.bench.hitbench import verdict  # noqa: E402
 from scripts.common import run_in_workdir  # noqa: E402
-from stbeval.html_report import embed_json, render  # noqa: E402
+from stbeval.html_json import embed_json  # noqa: E402
+from stbeval.html_report import render  # noqa: E402
 from tests.stbeval.report_samples import make_document  # noqa: E402
 
 TARGET_SECONDS = 2.0

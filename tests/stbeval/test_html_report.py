@@ -9,8 +9,11 @@ import re
 
 import pytest
 
-from stbeval.html_assets import SCRIPT
-from stbeval.html_report import embed_json, render, source_colors, svg_bars, svg_lines
+from stbeval.call_sources import source_colors
+from stbeval.html_json import embed_json
+from stbeval.html_report import render
+from stbeval.html_script import SCRIPT
+from stbeval.svg_charts import svg_bars, svg_lines
 from tests.stbeval.report_samples import CLOSER, HOSTILE, make_document
 
 DATA_BLOCK = re.compile(r'<script type="application/json" id="stb-data">(.*?)</script>', re.S)
