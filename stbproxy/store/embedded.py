@@ -21,7 +21,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, ParamSpec, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 from rocksdict import (
@@ -31,6 +31,7 @@ from rocksdict import (
     Cache,
     Options,
     Rdict,
+    RdictIter,
     WriteBatch,
     WriteOptions,
 )
@@ -50,6 +51,8 @@ SESSION_PREFIX = "session/"
 DEFAULT_STORE = Path(".stbproxy") / "store"
 AUTH_SALT_FILE = "auth-salt"  # beside RocksDB's files, which it ignores (as catalog.json)
 _SESSION_JSON = json.JSONEncoder(separators=(",", ":"))  # ASCII: odd URLs round-trip
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def default_store_path() -> Path:
@@ -100,13 +103,13 @@ class StoreStats:
     entries: int = 0
     damaged: int = 0
     size_bytes: int = 0
-    by_source: Counter = field(default_factory=Counter)
-    by_host: Counter = field(default_factory=Counter)
-    logged: Counter = field(default_factory=Counter)  # log/<kind>/...: kept, never served
-    meta: dict[str, Counter] = field(default_factory=dict)  # value counts of chosen meta keys
-    failed_by_source: Counter = field(default_factory=Counter)  # entries that are failed answers, by origin
-    imported_failures: Counter = field(default_factory=Counter)  # imported failed answers, by failure kind
-    sums: Counter = field(default_factory=Counter)  # totals of chosen numeric meta keys
+    by_source: Counter[str] = field(default_factory=Counter)
+    by_host: Counter[str] = field(default_factory=Counter)
+    logged: Counter[str] = field(default_factory=Counter)  # log/<kind>/...: kept, never served
+    meta: dict[str, Counter[str]] = field(default_factory=dict)  # value counts of chosen meta keys
+    failed_by_source: Counter[str] = field(default_factory=Counter)  # entries that are failed answers, by origin
+    imported_failures: Counter[str] = field(default_factory=Counter)  # imported failed answers, by failure kind
+    sums: Counter[str] = field(default_factory=Counter)  # totals of chosen numeric meta keys
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,7 +131,7 @@ class Store(OneTier):
     a secondary (``secondary=True``: a read-only view that follows the writer's changes each
     time ``catch_up`` is called; the reader workers of ``serve --workers``)."""
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = False, secondary: bool = False,
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, secondary: bool = False,
                  scratch: Path | None = None) -> None:
         """``scratch``: where a secondary keeps its own info log (default: the temporary directory)."""
         self.path = Path(path)
@@ -137,7 +140,7 @@ class Store(OneTier):
         self._secondary_dir: str | None = None
         self._scratch = scratch
         self._session_seq: dict[str, int] = {}
-        self._db = self._open()
+        self._db: Rdict | None = self._open()
 
     def _open(self) -> Rdict:
         options = _rocksdb_options()
@@ -172,7 +175,7 @@ class Store(OneTier):
 
     def catch_up(self) -> None:
         """A secondary: see what the writer stored since the last call (RocksDB replays its log)."""
-        self._call(self._db.try_catch_up_with_primary)
+        self._call(self._rdict.try_catch_up_with_primary)
 
     def close(self) -> None:
         """Flush and close; StoreError when the store could not be flushed or closed."""
@@ -196,15 +199,15 @@ class Store(OneTier):
 
     # entries --------------------------------------------------------------------------
     def get(self, key: str) -> Exchange | None:
-        value = self._call(self._db.get, key.encode())
+        value = self._call(self._rdict.get, key.encode())
         return None if value is None else decode_exchange(key, value)
 
     def __contains__(self, key: str) -> bool:
-        return self._call(self._db.get, key.encode()) is not None
+        return self._call(self._rdict.get, key.encode()) is not None
 
     def put(self, exchange: Exchange) -> None:
         self._writable()
-        self._call(self._db.put, exchange.key.encode(), encode_exchange(exchange))
+        self._call(self._rdict.put, exchange.key.encode(), encode_exchange(exchange))
 
     def put_new(self, exchange: Exchange) -> bool:
         """Store unless the key is taken; True when stored (for idempotent imports)."""
@@ -219,7 +222,7 @@ class Store(OneTier):
         batch = WriteBatch(raw_mode=True)
         for ex in exchanges:
             batch.put(ex.key.encode(), encode_exchange(ex))
-        self._call(self._db.write, batch)
+        self._call(self._rdict.write, batch)
 
     def put_encoded_many(self, records: list[tuple[str, bytes]]) -> None:
         """Write records already encoded by encode_exchange, atomically (bulk imports)."""
@@ -227,7 +230,7 @@ class Store(OneTier):
         batch = WriteBatch(raw_mode=True)
         for key, value in records:
             batch.put(key.encode(), value)
-        self._call(self._db.write, batch)
+        self._call(self._rdict.write, batch)
 
     @contextlib.contextmanager
     def bulk_load(self) -> Iterator[Store]:
@@ -238,8 +241,8 @@ class Store(OneTier):
         load's own writes, which a re-run of the import makes again."""
         self._writable()
         unlogged = WriteOptions()
-        unlogged.disable_wal = True
-        self._call(self._db.set_write_options, unlogged)
+        unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; rocksdict's stub says method
+        self._call(self._rdict.set_write_options, unlogged)
         try:
             yield self
         except BaseException:
@@ -249,9 +252,9 @@ class Store(OneTier):
         self._end_bulk_load()
 
     def _end_bulk_load(self) -> None:
-        self._call(self._db.set_write_options, WriteOptions())
+        self._call(self._rdict.set_write_options, WriteOptions())
         try:
-            self._db.flush(True)
+            self._rdict.flush(True)
         except Exception as exc:  # rocksdict raises bare Exception with RocksDB's text
             raise StoreError(f"could not flush the store at {self.path} after a bulk write: {exc}") from exc
 
@@ -259,12 +262,13 @@ class Store(OneTier):
         """Which of ``keys`` are stored, in one multi-get."""
         if not keys:
             return set()
-        values = self._call(self._db.get, [k.encode() for k in keys])
+        # rocksdict's stub types get's answer "one value or None"; a list of keys gets a list
+        values: list[bytes | None] = self._call(self._rdict.get, [k.encode() for k in keys])  # type: ignore[arg-type]
         return {k for k, v in zip(keys, values) if v is not None}
 
     def delete(self, key: str) -> None:
         self._writable()
-        self._call(self._db.delete, key.encode())
+        self._call(self._rdict.delete, key.encode())
 
     def delete_many(self, keys: list[str]) -> None:
         """Delete several entries atomically: all or none (``stbproxy forget``)."""
@@ -272,7 +276,7 @@ class Store(OneTier):
         batch = WriteBatch(raw_mode=True)
         for key in keys:
             batch.delete(key.encode())
-        self._call(self._db.write, batch)
+        self._call(self._rdict.write, batch)
 
     def records(self, prefix: str) -> Iterator[tuple[str, bytes]]:
         """(key, stored bytes) under a prefix, undecoded (bulk copies between tiers)."""
@@ -280,7 +284,7 @@ class Store(OneTier):
             yield raw_key.decode(), value
 
     def keys(self, prefix: str) -> Iterator[str]:
-        for raw_key, _ in self._items(prefix, values=False):
+        for raw_key in self._keys(prefix):
             yield raw_key.decode()
 
     def scan(self, prefix: str) -> Iterator[Exchange]:
@@ -293,26 +297,26 @@ class Store(OneTier):
 
     # small JSON documents ---------------------------------------------------------------
     def get_meta(self, name: str) -> Any:
-        value = self._call(self._db.get, (META_PREFIX + name).encode())
+        value = self._call(self._rdict.get, (META_PREFIX + name).encode())
         return None if value is None else json.loads(value)
 
     def put_meta(self, name: str, document: Any) -> None:
         self._writable()
-        self._call(self._db.put, (META_PREFIX + name).encode(), json.dumps(document).encode())
+        self._call(self._rdict.put, (META_PREFIX + name).encode(), json.dumps(document).encode())
 
     # sessions ---------------------------------------------------------------------------
-    def append_session(self, name: str, record: dict) -> int:
+    def append_session(self, name: str, record: dict[str, Any]) -> int:
         """Append a record to a session's log; returns its sequence number (from 1)."""
         self._writable()
         seq = self._session_seq.get(name)
         if seq is None:
             seq = self._last_session_seq(name)
         seq += 1
-        self._call(self._db.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
+        self._call(self._rdict.put, f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
         self._session_seq[name] = seq  # only once written: a failed write leaves no gap
         return seq
 
-    def append_sessions(self, records: list[tuple[str, dict]]) -> None:
+    def append_sessions(self, records: list[tuple[str, dict[str, Any]]]) -> None:
         """Append several records (to one or more sessions' logs, in order) in one atomic write."""
         self._writable()
         batch = WriteBatch(raw_mode=True)
@@ -325,11 +329,11 @@ class Store(OneTier):
                     seq = self._last_session_seq(name)
             seqs[name] = seq = seq + 1
             batch.put(f"{SESSION_PREFIX}{name}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
-        self._call(self._db.write, batch)
+        self._call(self._rdict.write, batch)
         self._session_seq.update(seqs)  # only once written: a failed write leaves no gap
 
-    def put_imported(self, exchanges: list[Exchange], session: str | None = None, records: list[dict] = (),
-                     mark: tuple[str, dict] | None = None) -> int:
+    def put_imported(self, exchanges: list[Exchange], session: str | None = None,
+                     records: Sequence[dict[str, Any]] = (), mark: tuple[str, dict[str, Any]] | None = None) -> int:
         """One batch of an import in one atomic write: the exchanges whose key is not stored
         yet (the first of a key wins), ``records`` appended to ``session``'s log in order, and
         ``mark``, a meta document (name, document) that gets the sequence number of the last
@@ -344,28 +348,29 @@ class Store(OneTier):
                 taken.add(ex.key)
                 batch.put(ex.key.encode(), encode_exchange(ex))
                 stored += 1
+        logged = session if records else None  # the session whose log grows
         seq = None
-        if session is not None and records:
-            seq = self._session_seq.get(session)
+        if logged is not None:
+            seq = self._session_seq.get(logged)
             if seq is None:
-                seq = self._last_session_seq(session)
+                seq = self._last_session_seq(logged)
             for record in records:
                 seq += 1
-                batch.put(f"{SESSION_PREFIX}{session}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
+                batch.put(f"{SESSION_PREFIX}{logged}/{seq:012d}".encode(), _SESSION_JSON.encode(record).encode())
         if mark is not None:
             name, document = mark
             batch.put((META_PREFIX + name).encode(), json.dumps({**document, "seq": seq}).encode())
-        self._call(self._db.write, batch)
-        if seq is not None:
-            self._session_seq[session] = seq  # only once written: a failed write leaves no gap
+        self._call(self._rdict.write, batch)
+        if logged is not None and seq is not None:
+            self._session_seq[logged] = seq  # only once written: a failed write leaves no gap
         return stored
 
-    def session_record(self, name: str, seq: int) -> dict | None:
+    def session_record(self, name: str, seq: int) -> dict[str, Any] | None:
         """One record of a session's log, or None."""
-        value = self._call(self._db.get, f"{SESSION_PREFIX}{name}/{seq:012d}".encode())
+        value = self._call(self._rdict.get, f"{SESSION_PREFIX}{name}/{seq:012d}".encode())
         return None if value is None else expand_record(json.loads(value), seq)
 
-    def session_records(self, name: str) -> Iterator[dict]:
+    def session_records(self, name: str) -> Iterator[dict[str, Any]]:
         """The session's records in order, each with its ``seq`` (see sessions.expand_record)."""
         prefix = f"{SESSION_PREFIX}{name}/"
         start = len(prefix.encode())
@@ -374,8 +379,9 @@ class Store(OneTier):
 
     def session_names(self) -> list[str]:
         """Every session with a log, in name order."""
-        names, prefix = [], SESSION_PREFIX.encode()
-        it = self._call(self._db.iter)
+        names: list[str] = []
+        prefix = SESSION_PREFIX.encode()
+        it = self._call(self._rdict.iter)
         it.seek(prefix)
         while it.valid() and it.key().startswith(prefix):
             name = it.key()[len(prefix):].split(b"/", 1)[0]
@@ -385,7 +391,7 @@ class Store(OneTier):
 
     def _last_session_seq(self, name: str) -> int:
         prefix = f"{SESSION_PREFIX}{name}/".encode()
-        it = self._call(self._db.iter)
+        it = self._call(self._rdict.iter)
         it.seek_for_prev(prefix + b"\xff")
         if it.valid() and it.key().startswith(prefix):
             return int(it.key()[len(prefix):])
@@ -398,7 +404,7 @@ class Store(OneTier):
         cache entries and logged records; imported entries' facts apart (failed answers by
         kind), since they are not this proxy's calls."""
         result = StoreStats(size_bytes=directory_size(self.path))
-        result.meta = {name: Counter() for name in meta_fields}
+        result.meta = {name: Counter[str]() for name in meta_fields}
         result.sums = Counter({name: 0 for name in sum_fields})
         for prefix in (*ENTRY_PREFIXES, LOG_PREFIX):
             for raw_key, value in self._items(prefix):
@@ -431,26 +437,40 @@ class Store(OneTier):
         return result
 
     # internals ------------------------------------------------------------------------
-    def _items(self, prefix: str, *, values: bool = True) -> Iterator[tuple[bytes, bytes | None]]:
-        raw_prefix = prefix.encode()
-        it = self._call(self._db.iter)
+    def _items(self, prefix: str) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) under ``prefix``, in key order."""
+        it = self._call(self._rdict.iter)
+        for key in self._walk(it, prefix.encode()):
+            yield key, it.value()
+
+    def _keys(self, prefix: str) -> Iterator[bytes]:
+        """The keys under ``prefix``, in key order (no value is read)."""
+        return self._walk(self._call(self._rdict.iter), prefix.encode())
+
+    @staticmethod
+    def _walk(it: RdictIter, raw_prefix: bytes) -> Iterator[bytes]:
+        """Each key under ``raw_prefix``, with ``it`` standing on it."""
         it.seek(raw_prefix)
         while it.valid():
-            key = it.key()
+            key: bytes = it.key()
             if not key.startswith(raw_prefix):
                 break
-            yield key, (it.value() if values else None)
+            yield key
             it.next()
 
     def _writable(self) -> None:
         if self.readonly:
             raise StoreError(f"the store at {self.path} is open read-only")
 
-    def _call(self, fn, *args):
+    @property
+    def _rdict(self) -> Rdict:
         if self._db is None:
             raise StoreError(f"the store at {self.path} is closed")
+        return self._db
+
+    def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except Exception as exc:
             raise StoreError(f"store operation failed at {self.path}: {exc}") from exc
 
@@ -514,7 +534,7 @@ def ensure_auth_salt(path: Path) -> None:
         handle.write(secrets.token_bytes(32))
 
 
-def auth_salt(path: str | os.PathLike) -> bytes:
+def auth_salt(path: str | os.PathLike[str]) -> bytes:
     """The store's salt for digests of credentials; empty for a store that has none yet."""
     try:
         return (Path(path) / AUTH_SALT_FILE).read_bytes()

@@ -26,8 +26,8 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built 
 
 
 def encode_exchange(ex: Exchange) -> bytes:
-    raw_head = _COMPACT.encode(_head(ex, base64.b64encode(ex.request.body).decode("ascii")))
-    raw_head = raw_head.encode("utf-8", "surrogatepass")
+    head = _COMPACT.encode(_head(ex, base64.b64encode(ex.request.body).decode("ascii")))
+    raw_head = head.encode("utf-8", "surrogatepass")
     return MAGIC + _HEAD_LEN.pack(len(raw_head)) + raw_head + ex.response.body
 
 

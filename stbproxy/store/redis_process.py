@@ -51,7 +51,8 @@ def free_port(*, cluster: bool = False) -> int:
                 sock.bind(("127.0.0.1", port))
                 if cluster:
                     bus.bind(("127.0.0.1", port + 10000))
-                return sock.getsockname()[1]
+                host_and_port: tuple[str, int] = sock.getsockname()  # an AF_INET socket's
+                return host_and_port[1]
         except OSError:
             continue
 
@@ -79,7 +80,7 @@ class RedisProcess:
         self.args = args
         self._port_given = bool(port)  # a port chosen here may be chosen again
         self.port = port or free_port(cluster="--cluster-enabled" in args)
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -121,10 +122,15 @@ class RedisProcess:
 
     def pause(self) -> None:
         """SIGSTOP: the server keeps its connections but answers nothing (a slow server)."""
-        os.kill(self.process.pid, signal.SIGSTOP)
+        os.kill(self._started().pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        os.kill(self.process.pid, signal.SIGCONT)
+        os.kill(self._started().pid, signal.SIGCONT)
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self.process is None:
+            raise RuntimeError(f"redis-server on port {self.port} was never started")
+        return self.process
 
     def cli(self, *args: str) -> str:
         out = subprocess.run([redis_binary("redis-cli"), "-p", str(self.port), *args], capture_output=True,

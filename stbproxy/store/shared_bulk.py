@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterable, Iterator
+from types import TracebackType
+from typing import Any, Callable, Iterable, Iterator
 
 import redis.cluster
+from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
 from stbproxy.errors import ConfigError, StoreError
-from stbproxy.store.shared_client import FAILURES, SESSION_PREFIX, SESSIONS_KEY, STATS_KEY, failure_reason, make_client
+from stbproxy.store.shared_client import (
+    FAILURES,
+    SESSION_PREFIX,
+    SESSIONS_KEY,
+    STATS_KEY,
+    Client,
+    failure_reason,
+    make_client,
+)
 from stbproxy.store.shared_url import SharedUrl
 
 START_CHECK_TIMEOUT = 5.0  # seconds 'serve' gives the shared tier to answer at start (a slow DNS included)
@@ -54,18 +64,18 @@ class SharedBulk:
 
     def __init__(self, url: SharedUrl) -> None:
         self.url = url
-        self._put_new = None  # the registered PUT_NEW_SCRIPT
-        self._client = None
+        self._put_new: Script | None = None  # the registered PUT_NEW_SCRIPT
         try:
-            self._client = make_client(url)  # a cluster client connects here
+            self._client: Client = make_client(url)  # a cluster client connects here
+        except (*FAILURES, RedisClusterException) as exc:
+            raise StoreError(f"shared tier {url.redacted}: {failure_reason(url, exc)}") from exc
+        try:
             self._client.ping()
         except (*FAILURES, RedisClusterException) as exc:
             self.close()
             raise StoreError(f"shared tier {url.redacted}: {failure_reason(url, exc)}") from exc
 
     def close(self) -> None:
-        if self._client is None:
-            return
         try:
             self._client.close()
         except FAILURES:
@@ -77,7 +87,9 @@ class SharedBulk:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, fn, *args, **kwargs):
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn``'s answer; its failure as StoreError. Typed Any: redis-py types every command's
+        answer as "an awaitable, or anything", the same for its blocking and asyncio clients."""
         try:
             return fn(*args, **kwargs)
         except FAILURES as exc:
@@ -85,14 +97,18 @@ class SharedBulk:
 
     # entries -----------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
-        return self._call(self._client.get, key)
+        value: bytes | None = self._call(self._client.get, key)
+        return value
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         if not keys:
             return []
-        if self.url.cluster:
-            return self._call(self._client.mget_nonatomic, keys)
-        return self._call(self._client.mget, keys)
+        values: list[bytes | None]
+        if isinstance(self._client, redis.cluster.RedisCluster):
+            values = self._call(self._client.mget_nonatomic, keys)
+        else:
+            values = self._call(self._client.mget, keys)
+        return values
 
     def put_many(self, records: list[tuple[str, bytes]]) -> int:
         """Write the records the shared tier does not hold yet (keys already there are left
@@ -151,7 +167,7 @@ class SharedBulk:
             return sum(int(node.get("used_memory", 0)) for node in info.values())
         return int(info.get("used_memory", 0))
 
-    def _everywhere(self) -> dict:
+    def _everywhere(self) -> dict[str, str]:
         return {"target_nodes": redis.cluster.RedisCluster.PRIMARIES} if self.url.cluster else {}
 
     # sessions, counters, catalog ------------------------------------------------------------------
@@ -166,7 +182,8 @@ class SharedBulk:
         return sorted(name.decode() for name in self._call(self._client.smembers, SESSIONS_KEY))
 
     def session_records(self, name: str) -> list[bytes]:
-        return self._call(self._client.lrange, SESSION_PREFIX + name, 0, -1)
+        records: list[bytes] = self._call(self._client.lrange, SESSION_PREFIX + name, 0, -1)
+        return records
 
     def counters(self) -> dict[str, int]:
         raw = self._call(self._client.hgetall, STATS_KEY)
@@ -177,7 +194,7 @@ class SharedBulk:
             self._call(self._client.hincrby, STATS_KEY, name, n)
 
     def get_document(self, key: str) -> bytes | None:
-        return self._call(self._client.get, key)
+        return self.get(key)
 
     def put_document(self, key: str, value: bytes) -> None:
         self._call(self._client.set, key, value)
@@ -195,7 +212,7 @@ class BulkWriter:
         self.added = 0
         self._batch = batch
         self._gathered: list[tuple[str, bytes]] = []
-        self._batches: queue.Queue = queue.Queue(maxsize=depth)
+        self._batches: queue.Queue[list[tuple[str, bytes]] | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="stbproxy-shared-writer", daemon=True)
         self._thread.start()
@@ -231,11 +248,12 @@ class BulkWriter:
     def __enter__(self) -> BulkWriter:
         return self
 
-    def __exit__(self, exc_type, *exc_info) -> None:
-        if exc_type is None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if exc is None:
             self.close()
         else:  # the caller failed: stop the thread, keep the caller's error
-            self._error = self._error or exc_type
+            self._error = self._error or exc
             self._batches.put(None)
             self._thread.join()
 

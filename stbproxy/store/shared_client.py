@@ -7,11 +7,13 @@ that refused a command, in words a user can act on.
 from __future__ import annotations
 
 import asyncio
+from typing import Any, TypeAlias
 from urllib.parse import unquote
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
@@ -28,12 +30,15 @@ SESSION_PREFIX = "session/"  # session/<name>: a list of JSON records, in arriva
 
 OP_TIMEOUT = 1.0  # seconds one command may take before the tier counts as away
 
+AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster  # the proxy's (shared_tier.py)
+Client: TypeAlias = redis.Redis | redis.cluster.RedisCluster  # the commands' (shared_bulk.py)
 
-def _client_options(url: SharedUrl) -> dict:
+
+def _client_options(url: SharedUrl) -> dict[str, Any]:
     """Keyword arguments both clients take: credentials, TLS and short timeouts. Retries
     are ours (the tier counts as away and reconnects with backoff), not the library's."""
-    options = dict(username=url.username, password=url.password, socket_timeout=OP_TIMEOUT,
-                   socket_connect_timeout=OP_TIMEOUT)
+    options: dict[str, Any] = dict(username=url.username, password=url.password, socket_timeout=OP_TIMEOUT,
+                                   socket_connect_timeout=OP_TIMEOUT)
     if url.tls:
         options["ssl"] = True
     for name, value in (pair.split("=", 1) for pair in url.query.split("&") if "=" in pair):
@@ -44,19 +49,21 @@ def _client_options(url: SharedUrl) -> dict:
     return options
 
 
-def make_async_client(url: SharedUrl):
+def make_async_client(url: SharedUrl) -> AsyncClient:
     options = _client_options(url)
+    no_retries = redis.asyncio.retry.Retry(NoBackoff(), 0)  # a command fails with its first error
     if url.cluster:
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in url.nodes]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **options)
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, retry=no_retries, **options)
     host, port = url.nodes[0]
-    return redis.asyncio.Redis(host=host, port=port, db=url.db, retry=Retry(NoBackoff(), 0), **options)
+    return redis.asyncio.Redis(host=host, port=port, db=url.db, retry=no_retries, **options)
 
 
-def make_client(url: SharedUrl):
+def make_client(url: SharedUrl) -> Client:
     options = dict(_client_options(url), retry=Retry(NoBackoff(), 0))  # a command fails with its first error
     if url.cluster:
-        nodes = [redis.cluster.ClusterNode(host, port) for host, port in url.nodes]
+        nodes = [redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                 for host, port in url.nodes]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **options)
     host, port = url.nodes[0]
     return redis.Redis(host=host, port=port, db=url.db, **options)

@@ -15,7 +15,10 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from typing import Any
 
+import redis.asyncio.cluster
+from redis.asyncio.lock import Lock
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ResponseError
 
@@ -26,6 +29,7 @@ from stbproxy.store.shared_client import (
     SESSION_PREFIX,
     SESSIONS_KEY,
     STATS_KEY,
+    AsyncClient,
     is_outage,
     make_async_client,
 )
@@ -41,11 +45,13 @@ READ_BATCH = 256  # reads per MGET
 COUNTS_EVERY = 1.0  # seconds between additions to the fleet's counters when nothing is written
 BACKOFF = ExponentialBackoff(cap=1.0, base=0.05)  # reconnect delays: 0.1, 0.2, 0.4, 0.8, 1, 1, ... s
 
+Command = tuple[Any, ...]  # a write as its client method's name and arguments: ("set", key, value)
+
 
 class Lease:
     """This proxy holds the fleet's lease on one miss: renewed while the work runs, released after."""
 
-    def __init__(self, tier: SharedTier, lock) -> None:
+    def __init__(self, tier: SharedTier, lock: Lock) -> None:
         self.tier = tier
         self.lock = lock
         self._renewal = asyncio.ensure_future(self._renew())
@@ -86,8 +92,8 @@ class SharedTier:
         self.up = False
         self.counters: Counter[str] = Counter()  # this proxy's, since it started
         self._unflushed: Counter[str] = Counter()  # added to the fleet's counters on the next write
-        self._client = None
-        self._queue: deque[tuple[int, tuple]] = deque()  # (bytes, command)
+        self._client: AsyncClient | None = None
+        self._queue: deque[tuple[int, Command]] = deque()  # (bytes, command)
         self._queued_bytes = 0
         self._enqueued = 0  # writes accepted so far ...
         self._settled = 0  # ... and how many of them were written (or refused by the server)
@@ -96,12 +102,12 @@ class SharedTier:
         self._reported: set[str] = set()  # problems already logged once
         self._started = False
         self._closing = False
-        self._tasks: list[asyncio.Task] = []
-        self._wake: asyncio.Event | None = None
-        self._reads: list[tuple[str, asyncio.Future]] = []  # reads waiting for the next MGET
-        self._reader: asyncio.Task | None = None
-        self._progress: asyncio.Event | None = None
-        self._first_try: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()  # a write is queued, or the tier is back
+        self._reads: list[tuple[str, asyncio.Future[bytes | None]]] = []  # reads waiting for the next MGET
+        self._reader: asyncio.Task[None] | None = None
+        self._progress = asyncio.Event()  # writes were settled
+        self._first_try = asyncio.Event()  # the first connection attempt has ended
 
     # start and stop -----------------------------------------------------------------------
     def start(self) -> None:
@@ -110,7 +116,6 @@ class SharedTier:
             return
         asyncio.get_running_loop()  # only from the proxy's loop
         self._started = True
-        self._wake, self._progress, self._first_try = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._away_since = time.monotonic()
         self._tasks = [asyncio.ensure_future(self._connect_loop(first=True)), asyncio.ensure_future(self._write_loop())]
 
@@ -153,7 +158,7 @@ class SharedTier:
         self.start()
         if not self.up:
             return None
-        answer = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         self._reads.append((key, answer))
         if self._reader is None or self._reader.done():
             self._reader = asyncio.ensure_future(self._read_loop())
@@ -163,16 +168,17 @@ class SharedTier:
         while self._reads:
             batch, self._reads = self._reads[:READ_BATCH], self._reads[READ_BATCH:]
             keys = [key for key, _ in batch]
+            # redis-py types an answer bytes | str: str only with decode_responses, never set here
+            values: list[bytes | None]
             try:
-                if not self.up:
-                    raise ConnectionError("the shared tier is away")
+                client = self._connected()
                 async with asyncio.timeout(OP_TIMEOUT):
                     if len(keys) == 1:
-                        values = [await self._client.get(keys[0])]
-                    elif self.url.cluster:
-                        values = await self._client.mget_nonatomic(keys)
+                        values = [await client.get(keys[0])]  # type: ignore[list-item]  # bytes: see above
+                    elif isinstance(client, redis.asyncio.cluster.RedisCluster):
+                        values = await client.mget_nonatomic(keys)
                     else:
-                        values = await self._client.mget(keys)
+                        values = await client.mget(keys)  # type: ignore[assignment]  # bytes: see above
             except FAILURES as exc:
                 if self.up:
                     self._failed(exc, "read")
@@ -196,7 +202,7 @@ class SharedTier:
         self.counters[name] += n
         self._unflushed[name] += n
 
-    def _enqueue(self, size: int, command: tuple) -> None:
+    def _enqueue(self, size: int, command: Command) -> None:
         self.start()
         if len(self._queue) >= self.queue_limit or self._queued_bytes + size > self.queue_bytes:
             self.count("writes_dropped")
@@ -259,13 +265,15 @@ class SharedTier:
                     self.count("writes_pushed_after_outage", self._kept_while_away)
                     self._kept_while_away = 0
 
-    async def _execute(self, batch: list[tuple], counters: Counter) -> list:
-        pipe = self._client.pipeline(transaction=False)
+    async def _execute(self, batch: list[Command], counters: Counter[str]) -> list[Any]:
+        """The answers to ``batch`` (an error the server gave one command among them), after
+        the counters were added; an outage raised."""
+        pipe = self._connected().pipeline(transaction=False)
         for command, *args in batch:
             getattr(pipe, command)(*args)
         for name, n in counters.items():
             pipe.hincrby(STATS_KEY, name, n)
-        results = await asyncio.wait_for(pipe.execute(raise_on_error=False), OP_TIMEOUT * 5)
+        results: list[Any] = await asyncio.wait_for(pipe.execute(raise_on_error=False), OP_TIMEOUT * 5)
         for result in results:
             if isinstance(result, BaseException) and is_outage(result):
                 raise result
@@ -277,9 +285,9 @@ class SharedTier:
         self.start()
         if not self.up:
             return NO_LEASE
-        lock = self._client.lock(LEASE_PREFIX + key, timeout=LEASE_TTL, blocking=False, thread_local=False,
-                                 raise_on_release_error=False)
         try:
+            lock = self._connected().lock(LEASE_PREFIX + key, timeout=LEASE_TTL, blocking=False, thread_local=False,
+                                          raise_on_release_error=False)
             taken = await asyncio.wait_for(lock.acquire(), OP_TIMEOUT)
         except FAILURES as exc:
             self._failed(exc, "lease")
@@ -335,6 +343,12 @@ class SharedTier:
             self._reported.discard("queue full")
             self._wake.set()
 
+    def _connected(self) -> AsyncClient:
+        """The client, or ConnectionError (an outage like any other) while the tier is away or closed."""
+        if not self.up or self._client is None:
+            raise ConnectionError("the shared tier is away")
+        return self._client
+
     async def _drop_client(self) -> None:
         client, self._client = self._client, None
         if client is not None:
@@ -344,13 +358,13 @@ class SharedTier:
         text = self.url.scrub(str(exc)) or type(exc).__name__
         return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
-    def _report(self, what: str, message: str, *args) -> None:
+    def _report(self, what: str, message: str, *args: object) -> None:
         if what not in self._reported and len(self._reported) < 100:
             self._reported.add(what)
             log.warning(message, *args)
 
 
-async def _close_quietly(client) -> None:
+async def _close_quietly(client: AsyncClient) -> None:
     """Close a client, for at most OP_TIMEOUT: a connection to a server that stopped answering
     (paused, or its host gone) may wait forever on its goodbye."""
     try:

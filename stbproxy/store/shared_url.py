@@ -42,7 +42,7 @@ class SharedUrl:
 
     def scrub(self, text: str) -> str:
         """An error text with the password (raw or percent-encoded) masked."""
-        for secret in {self.password, quote(self.password or "", safe="")} - {None, ""}:
+        for secret in {self.password or "", quote(self.password or "", safe="")} - {""}:
             text = text.replace(secret, "***")
         return text
 

@@ -8,7 +8,7 @@ do not decode are counted and never copied.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 from stbproxy.errors import StoreError
 from stbproxy.store.embedded import ENTRY_PREFIXES, LOG_PREFIX, Store
@@ -18,6 +18,7 @@ from stbproxy.store.shared_client import CATALOG_KEY
 
 COPIED_PREFIXES = (*ENTRY_PREFIXES, LOG_PREFIX)  # cache entries and logged records; sessions stay put
 BATCH = 1000
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,8 +35,8 @@ class SyncSummary:
                 f"{len(self.damaged)} damaged (not copied){private}")
 
 
-def batches(items: Iterable, size: int = BATCH) -> Iterator[list]:
-    batch = []
+def batches(items: Iterable[T], size: int = BATCH) -> Iterator[list[T]]:
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) >= size:

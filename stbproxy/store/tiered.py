@@ -17,7 +17,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import Awaitable, Callable, Iterator, TypeVar
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 from stbproxy.errors import StoreError
 from stbproxy.models import Exchange
@@ -45,7 +46,7 @@ class TieredStore(OneTier):
         self.wait_limit = wait_limit  # longest wait on another proxy's lease (the upstream timeout)
 
     @property
-    def path(self):
+    def path(self) -> Path:
         return self.local.path
 
     @property
@@ -131,11 +132,11 @@ class TieredStore(OneTier):
         self.local.delete(key)
         self.shared.delete(key)
 
-    def session_records(self, name: str) -> Iterator[dict]:
+    def session_records(self, name: str) -> Iterator[dict[str, Any]]:
         """A session's records as this proxy wrote them (a fork or ordered replay reads them)."""
         return self.local.session_records(name)
 
-    def append_session(self, name: str, record: dict) -> int:
+    def append_session(self, name: str, record: dict[str, Any]) -> int:
         seq = self.local.append_session(name, record)
         self.shared.append_session(name, json.dumps({**record, "seq": seq}).encode())
         return seq
@@ -201,7 +202,7 @@ class TieredReader:
     def session_names(self) -> list[str]:
         return sorted(set(self.local.session_names()) | set(self.shared.session_names()))
 
-    def session_records(self, name: str) -> Iterator[dict]:
+    def session_records(self, name: str) -> Iterator[dict[str, Any]]:
         """The shared log of a session when the fleet has one (it holds every proxy's records),
         else the local one."""
         shared = self.shared.session_records(name)

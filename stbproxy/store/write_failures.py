@@ -24,11 +24,11 @@ LOG_INTERVAL = 10.0
 _MAX_ERROR_CHARS = 1000
 
 
-def status_path(store: str | os.PathLike) -> Path:
+def status_path(store: str | os.PathLike[str]) -> Path:
     return Path(store) / STATUS_FILE
 
 
-def read_status(store: str | os.PathLike) -> dict[str, Any] | None:
+def read_status(store: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The failed-writes record of a store, or None when no write ever failed or it cannot be read."""
     try:
         status = json.loads(status_path(store).read_bytes())
