@@ -63,11 +63,11 @@ from stbproxy.redact import (
 )
 from stbproxy.sessions import stored_record
 from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
-from stbproxy.sim.simulation import NoSimulator, Simulation, Simulator
 from stbproxy.stb import validity
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.store.contract import EngineStore
 from stbproxy.store.write_failures import WriteFailures
+from stbproxy.synthesis.simulation import NoSimulator, Simulation, Simulator
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
 from stbproxy.traffic.seam import LIVE, Call, Kinds

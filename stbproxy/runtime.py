@@ -20,7 +20,6 @@ from stbproxy.settings import Settings
 from stbproxy.sim import simulators as simulator
 from stbproxy.sim.config import MODEL_KINDS
 from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_prompt
-from stbproxy.sim.simulation import NoSimulator
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.validity import replaced_answers
 from stbproxy.stb.virtual_api import VirtualApi
@@ -29,6 +28,7 @@ from stbproxy.store.shared_bulk import SharedBulk, check_at_start
 from stbproxy.store.shared_tier import SharedTier
 from stbproxy.store.tiered import TieredStore
 from stbproxy.store.write_failures import WriteFailures, status_path
+from stbproxy.synthesis.simulation import NoSimulator
 from stbproxy.upstream import Upstream
 from stbproxy.workers.link import LinkClient
 from stbproxy.workers.reader_engine import ReaderEngine, ReaderStore

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from stbproxy.engine import Engine
 from stbproxy.models import ApiRef
-from stbproxy.stb.cache_placement import check
 from stbproxy.stb.catalog import ApiDoc, Catalog
 from stbproxy.stb.virtual_api import VirtualApi, VirtualRequest
+from stbproxy.stb_cache.placement import check
 from tests.stb_samples import is_sample
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"

@@ -132,7 +132,7 @@ WIND_DOWN = """
 import os, signal, sys, threading
 from pathlib import Path
 from stbproxy.cli.common import ctrl_c_between_writes
-from stbproxy.stb.cache_import import cache_files, encoded_files
+from stbproxy.stb_cache.importer import cache_files, encoded_files
 
 root = Path(sys.argv[1])
 with ctrl_c_between_writes() as ctrl_c, ctrl_c.stoppable():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stbproxy.json_schema import problem, schema_problem
-from stbproxy.sim.from_schema import value_for
+from stbproxy.synthesis.from_schema import value_for
 
 SCHEMAS = {
     "object": {"type": "object", "properties": {"city": {"type": "string"}, "high": {"type": "number"},

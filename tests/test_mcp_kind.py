@@ -13,7 +13,7 @@ from stbproxy.mcp import protocol
 from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.traffic import NOT_SIMULATED, REPLAY_MISS, Mcp
 from stbproxy.models import Request, Response, Source
-from stbproxy.sim.simulation import Simulation, SimulationRequest
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest
 from tests.mcp_demo import rpc
 
 URL = "http://127.0.0.1:9/mcp"

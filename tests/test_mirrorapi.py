@@ -336,8 +336,8 @@ def run_simulation(server: FakeOpenAI, args: dict, store=None, doc=HEALTH, **set
     import asyncio
 
     from stbproxy.sim.config import SimulatorConfig
-    from stbproxy.sim.simulation import SimulationRequest
     from stbproxy.sim.simulators import build_simulator
+    from stbproxy.synthesis.simulation import SimulationRequest
 
     config = SimulatorConfig(**{"kind": "mirrorapi", "model": "mirror", "base_url": server.base_url, "api_key": "k",
                                 "temperature": 0.2, "system_prompt": PLAIN, "max_retries": 0, **settings})
@@ -532,7 +532,7 @@ def virtual_facts(category: str, tool: str, api: str, args: dict, doc=HEALTH) ->
     """A /virtual call as the simulator sees it, with the names its client wrote."""
     from stbproxy.keys import DEFAULT_RULES
     from stbproxy.sim.call_facts import call_facts
-    from stbproxy.sim.simulation import SimulationRequest
+    from stbproxy.synthesis.simulation import SimulationRequest
 
     body = json.dumps({"category": category, "tool_name": tool, "api_name": api, "tool_input": json.dumps(args),
                        "strip": "", "toolbench_key": TOOLBENCH_KEY}).encode()

@@ -17,8 +17,8 @@ from stbproxy.openapi.catalog import OpenApiCatalog, openapi_secret_names
 from stbproxy.openapi.schemas import closed
 from stbproxy.openapi.spec import read_spec, spec_of
 from stbproxy.openapi.traffic import answer_problem, schema_value
-from stbproxy.sim.simulation import Simulation
 from stbproxy.sim.simulators import SchemaSimulator
+from stbproxy.synthesis.simulation import Simulation
 from tests.openapi_demo.specs import pets_spec, warehouse_spec, write_json, write_yaml
 
 PETS = "http://127.0.0.1:9/v1"

@@ -4,14 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from stbproxy.sim.schema import (
+from stbproxy.stb.validity import check_result
+from stbproxy.synthesis.templates import (
     MAX_DEPTH,
     MAX_LIST_LENGTH,
     repair_truncated_json,
     simulate_from_template,
     virtual_answer,
 )
-from stbproxy.stb.validity import check_result
 from tests.stb_samples import is_sample
 
 G1 = Path("solvable_queries") / "test_instruction" / "G1_instruction.json"

@@ -20,11 +20,11 @@ from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.sim.config import SimulatorConfig
 from stbproxy.sim.llm_prompt import fit_examples, parse_reply
 from stbproxy.sim.llm_simulator import MAX_ATTEMPTS, LlmSimulator
-from stbproxy.sim.simulation import SimulationRequest
 from stbproxy.sim.simulators import OffSimulator, SchemaSimulator, build_simulator
 from stbproxy.stb import api_requests
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.store.embedded import Store
+from stbproxy.synthesis.simulation import SimulationRequest
 from tests.fakes.fake_openai import FakeOpenAI, HttpError, fake_openai  # noqa: F401
 
 WEATHER = ApiDoc(

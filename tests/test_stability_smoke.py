@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from stbproxy.stability.experiment import calls_of
+from stbproxy.stability.queries import builtin_queries
 from stbproxy.stb.catalog import Catalog
-from stbproxy.stb.stability import calls_of
-from stbproxy.stb.stability_queries import builtin_queries
 
 SCRIPT = Path(sys.executable).with_name("stbproxy")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from stbproxy import keys
 from stbproxy.errors import InputError
 from stbproxy.models import ApiRef, Source
-from stbproxy.stb.cache_import import ImportSummary, cache_files, parse_args, read_cache_file
+from stbproxy.stb_cache.importer import ImportSummary, cache_files, parse_args, read_cache_file
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -171,8 +171,8 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
 
 
 # -- the import's records: the bytes of the Exchanges read_cache_file gives -----------------------
-from stbproxy.stb.cache_import import encode_file, encoded_files  # noqa: E402
 from stbproxy.stb.catalog import Catalog, api_key_name, category_key, tool_key  # noqa: E402
+from stbproxy.stb_cache.importer import encode_file, encoded_files  # noqa: E402
 from stbproxy.store.record_format import encode_exchange  # noqa: E402
 
 G1 = "solvable_queries/test_instruction/G1_instruction.json"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from stbcore.toolbench_names import api_key_name, function_name
-from stbproxy.stb.cache_import import ImportSummary, api_of, cache_files, read_cache_file
 from stbproxy.stb.catalog import Catalog
+from stbproxy.stb_cache.importer import ImportSummary, api_of, cache_files, read_cache_file
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "stb-sample"

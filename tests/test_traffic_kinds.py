@@ -145,7 +145,7 @@ def test_a_proxy_needs_a_kind():
 
 def test_the_simulator_gets_the_api_as_the_calls_kind_describes_it(store):
     from stbproxy.errors import UpstreamError
-    from stbproxy.sim.simulation import Simulation
+    from stbproxy.synthesis.simulation import Simulation
 
     described = ApiDoc(category="Tools", tool="Search", api="search", api_description="finds things", method="GET")
 

@@ -158,8 +158,8 @@ def test_a_simulator_is_shown_the_shared_part_and_the_caller_s_own_view_only(tmp
 
     from stbproxy.models import Exchange, Request, Response, Source
     from stbproxy.sim.call_facts import ExampleCache, call_facts
-    from stbproxy.sim.simulation import SimulationRequest
     from stbproxy.store.embedded import Store
+    from stbproxy.synthesis.simulation import SimulationRequest
 
     def stored(key: str, text: str) -> Exchange:
         request = Request("GET", "http://127.0.0.1:9/report", (), b"")

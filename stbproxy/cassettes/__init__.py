@@ -3,8 +3,8 @@
 in-process replay for tests with requests-mock (inprocess.py, the only importer of
 requests_mock); and a session's export split by conversation (conversations.py).
 
-vcr_format and reading are pure (layer 2: errors, models, keys, redact, and
-StableToolBench's requests and traffic kind); store reads the embedded store (layer 3);
-conversations reads sessions (layer 4); inprocess runs an engine in the test's process
-(layer 5).
+The package sits at the engine's layer (4): inprocess runs an engine in the test's
+process, store and conversations read the store and its sessions, and vcr_format and
+reading need only the pure modules (errors, models, keys, redact, StableToolBench's
+requests and traffic kind). The runtime, the commands and the pytest plugin use it.
 """

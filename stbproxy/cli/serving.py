@@ -128,7 +128,7 @@ def serve(host, port, confdir, proxy_auth, workers, fast_lane, verbose, **given)
         fail("--proxy-auth needs a user name and a password, neither of them empty")
     if values["stb_prompt"] is not None and values["stb_dir"] is None:  # else the choice would silently do nothing
         fail("--stb-prompt chooses one of the prompts of a StableToolBench checkout: give --stb-dir DIR too")
-    from stbproxy.workers.pool import worker_count
+    from stbproxy.mitm.worker_pool import worker_count
 
     try:
         worker_total = worker_count(workers)
@@ -162,7 +162,7 @@ def serve(host, port, confdir, proxy_auth, workers, fast_lane, verbose, **given)
 
     hooks = None
     if worker_total > 1:
-        from stbproxy.workers.pool import Workers
+        from stbproxy.mitm.worker_pool import Workers
 
         hooks = Workers(worker_total, {"stb_options": stb_options, "confdir": str(confdir),
                                        "proxy_auth": proxy_auth, "verbose": verbose,

@@ -1,4 +1,4 @@
-"""``stbproxy eval stability``: the stability experiment of stbproxy/stb/stability.py as a command.
+"""``stbproxy eval stability``: the stability experiment of stbproxy/stability/experiment.py as a command.
 
 It starts proxies, so it belongs to the proxy side; cli/__init__.py attaches it to the
 evaluation package's ``eval`` group (stbeval never imports the proxy), and so it is not a
@@ -53,7 +53,7 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
     (no network, no LLM). Prints the table and three checks (all real at 0 %, falling
     without the simulator, flat with it) and writes the plot; exits 1 when a check fails.
     """
-    from stbproxy.stb.stability import (
+    from stbproxy.stability.experiment import (
         Experiment,
         plot,
         read_queries,
@@ -62,7 +62,7 @@ def stability(queries: Path | None, limit: int | None, quick: bool, seed: int, o
         series,
         summary_line,
     )
-    from stbproxy.stb.stability_queries import builtin_queries
+    from stbproxy.stability.queries import builtin_queries
 
     try:
         if queries is None:

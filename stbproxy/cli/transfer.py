@@ -232,7 +232,7 @@ def import_stb_cache(cache_dir, store, skip_failures, include_invalid, stb_keys,
     Example: stbproxy import stb-cache server/tool_response_cache --store .stbproxy/store
     """
     from stbproxy.keys import KeyRules
-    from stbproxy.stb import cache_import as stb_cache
+    from stbproxy.stb_cache import importer as stb_cache
     from stbproxy.store.embedded import Store
 
     rules = KeyRules(stb_keys=stb_keys)
@@ -283,9 +283,9 @@ def _check_keys_of(db, store: Path, stb_keys: str) -> None:
 def _placed_cache_files(cache_dir: Path, store: Path):
     """The cache files, which of them a request can reach, and the catalog file to key them with."""
     from stbproxy.settings import catalog_path_for
-    from stbproxy.stb import cache_import as stb_cache
-    from stbproxy.stb import cache_placement
     from stbproxy.stb.catalog import Catalog
+    from stbproxy.stb_cache import importer as stb_cache
+    from stbproxy.stb_cache import placement as cache_placement
 
     files = stb_cache.cache_files(cache_dir)
     if not files:
@@ -344,7 +344,7 @@ def _import_entries(db, files, root, catalog_file, rules, skip_failures, jobs, s
 
     from tqdm import tqdm
 
-    from stbproxy.stb import cache_import as stb_cache
+    from stbproxy.stb_cache import importer as stb_cache
     encoded_files = stb_cache.encoded_files(files, root, catalog_file=catalog_file, rules=rules,
                                             skip_failures=skip_failures, now=time.time(), jobs=jobs,
                                             shield=ctrl_c.holding)

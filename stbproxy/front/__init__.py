@@ -3,7 +3,7 @@ the limits on a request's head and body and the rules HTTP sets for it (limits.p
 destinations a proxy may reach (destinations.py), the hold on wrong proxy passwords
 (auth_throttle.py), and the guard that applies them all in order (guard.py).
 
-limits, auth_throttle and destinations are pure and sit low (layers 2-3: they may import
-jsonsafe and keys); guard reads the settings (layer 4). The mitmproxy front end (mitm/)
+The package sits at the engine's layer (4): guard reads the settings; limits,
+auth_throttle and destinations need only jsonsafe and keys. The mitmproxy front end (mitm/)
 turns their refusals into answers.
 """

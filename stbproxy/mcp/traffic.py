@@ -52,9 +52,9 @@ from stbproxy.mcp.sessions import SessionMap
 from stbproxy.mcp.tools import StoredBodies, ToolIndex, answer_object, call_tool_result, tool_doc
 from stbproxy.models import ApiRef, Request, Response, Source
 from stbproxy.recent import Recent
-from stbproxy.sim.from_schema import value_for
-from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb.validity import FailureKind, Verdict
+from stbproxy.synthesis.from_schema import value_for
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest
 from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import LIVE, BaseKind, Call, Judged
 

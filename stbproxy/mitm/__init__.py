@@ -10,9 +10,11 @@
   written as they arrive by the lanes, or through a loopback relay that mitmproxy streams.
 - flows.py: flows and models, both ways, and mitmproxy flow files; ca.py: the user's CA.
 - internals.py: every use of mitmproxy's private names, listed at its top.
+- worker_pool.py: ``serve --workers N``, N processes each running this front end on one
+  port (the link between them is workers/).
 
 It may import every stbproxy module below the adapters; nothing imports it but the entry
-points (cli, workers, the mitmdump script, tests).
+points (cli, the mitmdump script, tests).
 """
 
 from stbproxy.mitm.addon import ScriptAddon, StbAddon, settings_from_options

@@ -45,7 +45,7 @@ log = logging.getLogger("stbproxy")
 
 @dataclass
 class ServeHooks:
-    """What ``serve --workers`` (workers/pool.py) adds to one embedded proxy: how its Runtime is
+    """What ``serve --workers`` (mitm/worker_pool.py) adds to one embedded proxy: how its Runtime is
     built, what runs once it listens and before it reports ready (``listening(runtime, host,
     port, stop)``; a StbError there is a start-up failure), what must stop before the master
     does, and whether the port is shared (SO_REUSEPORT)."""

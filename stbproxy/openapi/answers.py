@@ -13,9 +13,9 @@ from stbproxy import json_schema
 from stbproxy.models import Request, Response
 from stbproxy.openapi.model import MediaType, Operation, Reply
 from stbproxy.openapi.validate import Broken, problem_details
-from stbproxy.sim.from_schema import value_for
-from stbproxy.sim.simulation import Simulation
 from stbproxy.stb.bodies import error_object_response
+from stbproxy.synthesis.from_schema import value_for
+from stbproxy.synthesis.simulation import Simulation
 
 NO_BODY = frozenset({204, 205, 304})
 ATTEMPTS = 4  # draws from a schema before a simulation is given up

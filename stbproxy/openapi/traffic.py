@@ -22,9 +22,9 @@ from stbproxy.openapi.catalog import OpenApiCatalog
 from stbproxy.openapi.describe import operation_doc
 from stbproxy.openapi.model import Operation
 from stbproxy.openapi.validate import cookies_of, request_problem
-from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb import validity
 from stbproxy.stb.validity import FailureKind, Verdict
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest
 from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 

@@ -19,9 +19,9 @@ from stbproxy.forensics.naming import view_of
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Exchange, Request, Source
 from stbproxy.redact import redact_request
-from stbproxy.sim.simulation import NOT_DESCRIBED, SimulationRequest
 from stbproxy.stb.api_requests import request_args
 from stbproxy.stb.catalog import ApiDoc, Catalog
+from stbproxy.synthesis.simulation import NOT_DESCRIBED, SimulationRequest
 
 log = logging.getLogger("stbproxy")
 

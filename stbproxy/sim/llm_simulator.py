@@ -29,9 +29,9 @@ from stbproxy.sim.config import SimulatorConfig
 from stbproxy.sim.dialects import Dialect
 from stbproxy.sim.llm_prompt import BadReply, answer_response, example_pairs, fit_examples, reply_text, trim
 from stbproxy.sim.mirror_api import ServerFailure
-from stbproxy.sim.simulation import Simulation, SimulationRequest
 from stbproxy.stb.bodies import VIRTUAL_STATUS, error_object_response
 from stbproxy.stb.catalog import Catalog
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest
 
 log = logging.getLogger("stbproxy")
 

@@ -32,8 +32,8 @@ from stbcore.toolbench_names import category_key, server_names, standardize
 from stbproxy.models import Request, Response
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import MAX_REPLY_CHARS, BadReply
-from stbproxy.sim.schema import truncated_json
 from stbproxy.stb.bodies import answer_parts, api_body_response
+from stbproxy.synthesis.templates import truncated_json
 
 USER_MESSAGE = "API doc:\n{api_doc}\n\nRequest:\n{request}"
 SEED = 42  # what StableToolBench's server sends

@@ -18,12 +18,12 @@ from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim import dialects
 from stbproxy.sim.call_facts import REAL_SOURCES, ExampleCache, body_text, call_facts
 from stbproxy.sim.config import MODEL_KINDS, SimulatorConfig
-from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.llm_simulator import LlmSimulator
-from stbproxy.sim.schema import virtual_answer
-from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb.bodies import api_body_response, error_object_response
 from stbproxy.stb.catalog import Catalog
+from stbproxy.synthesis.from_schema import value_for
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest, Simulator
+from stbproxy.synthesis.templates import virtual_answer
 
 
 def build_simulator(config: SimulatorConfig, catalog: Catalog | None, store, *,

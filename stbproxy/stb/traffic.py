@@ -16,12 +16,12 @@ from __future__ import annotations
 from stbproxy import jsonsafe, keys
 from stbproxy.keys import KeyRules
 from stbproxy.models import Request, Response
-from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb import validity
 from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.api_requests import request_args
 from stbproxy.stb.bodies import VIRTUAL_STATUS, answer_parts
 from stbproxy.stb.catalog import Catalog
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.traffic.plain_http import judge_http
 from stbproxy.traffic.seam import BaseKind, Call, Judged
 

@@ -10,10 +10,10 @@ from stbproxy.errors import UpstreamError
 from stbproxy.forensics.naming import shared_key
 from stbproxy.keys import KeyRules
 from stbproxy.models import ApiRef, Request, Response, Source
-from stbproxy.sim.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.bodies import error_object_response
 from stbproxy.stb.validity import Verdict
+from stbproxy.synthesis.simulation import Simulation, SimulationRequest, Simulator
 
 # "http": the API's own answer; "virtual": a ToolBench-style API server's {error, response};
 # "stb-server": a StableToolBench virtual server's answer, which is the benchmark's answer.

@@ -23,8 +23,8 @@ from stbproxy.models import Request
 from stbproxy.openapi.catalog import OpenApiCatalog
 from stbproxy.openapi.model import Operation, Spec
 from stbproxy.openapi.validate import request_problem
-from stbproxy.sim.from_schema import value_for
 from stbproxy.sim.simulators import SchemaSimulator
+from stbproxy.synthesis.from_schema import value_for
 
 FOLDER = Path(__file__).resolve().parent
 NODE_MODULES = FOLDER / "node_modules"

@@ -18,7 +18,7 @@ import re
 from typing import Any, Mapping
 
 from stbproxy import json_schema
-from stbproxy.sim.schema import ValueGenerator
+from stbproxy.synthesis.templates import ValueGenerator
 
 MAX_DEPTH = 12
 DEFAULT_ITEMS = 2

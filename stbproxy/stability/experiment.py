@@ -14,7 +14,7 @@ of tool calls that still get a valid answer stays flat. This module repeats that
    ``check_result`` judges each answer.
 
 The queries are a StableToolBench query file, or the built-in synthetic set
-(stability_queries.py). The results say, per share and setting, how many answers were
+(queries.py). The results say, per share and setting, how many answers were
 valid, and three checks: all real at 0 %, falling without the simulator, flat with it.
 """
 

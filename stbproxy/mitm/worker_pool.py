@@ -2,7 +2,7 @@
 
 The serve process is the primary: it opens the store read-write, listens on the port with
 SO_REUSEPORT, and starts N-1 reader workers (this module run as ``python -m
-stbproxy.workers.pool``), each an embedded proxy on the same port that opens the store as a
+stbproxy.mitm.worker_pool``), each an embedded proxy on the same port that opens the store as a
 RocksDB secondary. The kernel spreads new connections over the N listening sockets.
 Readers answer hits themselves and hand everything that writes or calls out to the
 primary over a Unix socket (link.py, reader_engine.py), so calling rules, sessions
@@ -89,7 +89,7 @@ class Workers:
 
     async def _start_reader(self, index: int) -> None:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stbproxy.workers.pool", stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "stbproxy.mitm.worker_pool", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL, stderr=None)  # its log lines go where the primary's go
         self.processes[index] = process
         hello = self.link.expect(process.pid)
@@ -158,7 +158,7 @@ class Workers:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# -- a reader worker (python -m stbproxy.workers.pool, started by Workers) --------------------------
+# -- a reader worker (python -m stbproxy.mitm.worker_pool, started by Workers) --------------------------
 
 
 async def run_reader(config: dict) -> None:
