@@ -91,8 +91,6 @@ REFUSED_ANSWERS = frozenset({UpstreamFailure.TOO_LARGE, UpstreamFailure.UNDECODA
 # Failures of the proxy's own (an MCP session it could not open at the server): answered as
 # errors, never simulated, so nothing made up for them is ever kept.
 PROXY_SIDE_FAILURES = frozenset({UpstreamFailure.SESSION})
-# An upstream that declines a message it need not see yet (a stdio MCP server not started).
-DEFERRED = UpstreamFailure.DEFERRED
 
 
 # -- pluggable parts ----------------------------------------------------------------------
@@ -403,8 +401,8 @@ class Engine:
         """The real API gave no answer: simulated in virtual mode when it is down; an error
         in record mode, and in every mode when a setting is at fault (TLS) or the answer was
         refused whole (too large, an unknown coding)."""
-        if (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES or exc.kind in REFUSED_ANSWERS
-                or exc.kind in PROXY_SIDE_FAILURES or not call.may_simulate):
+        if (self.config.mode is Mode.RECORD or exc.failure in CONFIGURATION_FAILURES or exc.failure in REFUSED_ANSWERS
+                or exc.failure in PROXY_SIDE_FAILURES or not call.may_simulate):
             return self._error(call, exc)
         reason = self._scrub(call, str(exc))  # upstream errors quote the URL as sent
         log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
@@ -414,12 +412,12 @@ class Engine:
         """No answer at all (the proxy's own failure to reach the API): a 502 that says why,
         marked ``error``, kept in the session's log but never stored, exported or replayed."""
         reason = self._scrub(call, str(exc))
-        if exc.kind in CONFIGURATION_FAILURES:
+        if exc.failure in CONFIGURATION_FAILURES:
             self._warn_once(call.host, f"no call to {call.host or 'this host'} can succeed until this is fixed: {reason}")
         else:
             log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
         return self._answer(error_object_response(f"stbproxy: {reason}", status=502), Source.ERROR, call.key,
-                            {"error_kind": exc.kind, "reason": reason})
+                            {"error_kind": exc.failure, "reason": reason})
 
     def _warn_once(self, host: str, text: str) -> None:
         """A warning seen without -v, once per host (a misconfiguration fails every call)."""
@@ -486,10 +484,10 @@ class Engine:
 
     def _injected(self, call: Call, decision: Decision) -> Answer:
         log.info("injected fault %s for %s: the client gets the failure", decision.rule, self._loggable(call.request))
-        response = self.kinds.of(call).injected(call, decision.kind, decision.rule) or decision.make_response()
+        response = self.kinds.of(call).injected(call, decision.fault, decision.rule) or decision.make_response()
         if response is None:  # down, refused, timed out: no HTTP answer to relay
             error = decision.upstream_error()
-            status = 504 if error is not None and error.kind is UpstreamFailure.TIMEOUT else 502
+            status = 504 if error is not None and error.failure is UpstreamFailure.TIMEOUT else 502
             response = error_object_response(str(error), status=status).with_header("X-Stb-Fault", decision.rule)
         return self._answer(response, Source.INJECTED, call.key, {"fault": decision.rule})
 
@@ -516,11 +514,11 @@ class Engine:
             if stored is None:
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
-            if exc.kind in CONFIGURATION_FAILURES:  # a setting to fix, not an API that is down: said at once
+            if exc.failure in CONFIGURATION_FAILURES:  # a setting to fix, not an API that is down: said at once
                 self._warn_once(call.host, f"no call to {call.host or 'this host'} can be verified until this is "
                                            f"fixed: {reason}")
             return replace(self._cached(call.key, stored), note={"drift": {
-                "verdict": "unreachable", "api": drift_api(call), "error_kind": exc.kind, "reason": reason}})
+                "verdict": "unreachable", "api": drift_api(call), "error_kind": exc.failure, "reason": reason}})
         judged = self._judge(kind, call, response)
         updatable = self.config.update and judged.verdict.valid and judged.keep
         if stored is None:
@@ -560,9 +558,9 @@ class Engine:
         try:
             response, seconds = await kind.send_upstream(call, send)
         except UpstreamError as exc:
-            deferred = exc.kind == DEFERRED  # a real API not there yet, on purpose: nothing failed
-            if not deferred and (self.config.mode is Mode.RECORD or exc.kind in CONFIGURATION_FAILURES
-                                 or exc.kind in REFUSED_ANSWERS):
+            deferred = exc.failure is UpstreamFailure.DEFERRED  # a real API not there yet, on purpose: nothing failed
+            if not deferred and (self.config.mode is Mode.RECORD or exc.failure in CONFIGURATION_FAILURES
+                                 or exc.failure in REFUSED_ANSWERS):
                 return self._error(call, exc)
             reason = self._scrub(call, str(exc))
             if not deferred:

@@ -47,11 +47,11 @@ class UpstreamFailure(StrEnum):
 class UpstreamError(StbError):
     """The real API could not be reached or did not answer in time."""
 
-    def __init__(self, message: str, *, kind: UpstreamFailure | str = UpstreamFailure.UNREACHABLE) -> None:
+    def __init__(self, message: str, *, failure: UpstreamFailure | str = UpstreamFailure.UNREACHABLE) -> None:
         super().__init__(message)
         #: Why (UpstreamFailure; a string that is none of them is refused at once: a typo here
         #: would silently take an outage's rules).
-        self.kind = UpstreamFailure(kind)
+        self.failure = UpstreamFailure(failure)
 
 
 class SimulationError(StbError):

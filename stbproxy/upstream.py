@@ -54,8 +54,6 @@ except ImportError:  # pragma: no cover
     zstandard = None
 
 DEFAULT_MAX_UPSTREAM_BODY = 64 << 20  # twice the largest request body taken (32 MiB); see the docstring
-TOO_LARGE = UpstreamFailure.TOO_LARGE  # UpstreamError kinds of answers refused whole: never simulated or stored
-UNDECODABLE = UpstreamFailure.UNDECODABLE
 MAX_CODINGS = 5  # a longer stack of codings is refused (as urllib3 does)
 PIECE = 64 * 1024  # the most one step of gzip or deflate inflates
 
@@ -197,18 +195,18 @@ class Upstream:
             yield
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"upstream timed out after {self.config.timeout:g} s: {request.url}",
-                                kind=UpstreamFailure.TIMEOUT) from exc
+                                failure=UpstreamFailure.TIMEOUT) from exc
         except (httpx.ConnectError, httpx.ProxyError) as exc:
             tls = _tls_failure(exc)
             if tls is not None:
-                raise UpstreamError(self._tls_text(request, tls), kind=UpstreamFailure.TLS) from exc
+                raise UpstreamError(self._tls_text(request, tls), failure=UpstreamFailure.TLS) from exc
             raise UpstreamError(f"upstream unreachable: {request.url}: {exc}",
-                                kind=UpstreamFailure.UNREACHABLE) from exc
+                                failure=UpstreamFailure.UNREACHABLE) from exc
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise UpstreamError(f"cannot call {request.url}: {exc}", kind=UpstreamFailure.INVALID_REQUEST) from exc
+            raise UpstreamError(f"cannot call {request.url}: {exc}", failure=UpstreamFailure.INVALID_REQUEST) from exc
         except (httpx.HTTPError, ValueError) as exc:  # resets, garbage, broken encodings
             raise UpstreamError(f"upstream answered garbage or reset the connection: {request.url}: {exc}",
-                                kind=UpstreamFailure.PROTOCOL) from exc
+                                failure=UpstreamFailure.PROTOCOL) from exc
 
     def _tls_text(self, request: Request, failure: ssl.SSLError) -> str:
         """What went wrong in the TLS handshake with the real API, and the setting that fixes it."""
@@ -252,7 +250,7 @@ class _EventStream:
                 yield piece
         except (httpx.HTTPError, ValueError) as exc:
             raise UpstreamError(f"the event stream from {self._host} broke off ({type(exc).__name__})",
-                                kind=UpstreamFailure.PROTOCOL) from exc
+                                failure=UpstreamFailure.PROTOCOL) from exc
 
     async def aclose(self) -> None:
         await self._reply.aclose()
@@ -291,7 +289,7 @@ async def _read_whole(reply: httpx.Response, limit: int, request: Request) -> by
 
 def _too_large(limit: int, url: str, detail: str) -> UpstreamError:
     return UpstreamError(f"the upstream's answer is larger than the limit of {limit:,} bytes (--max-upstream-body)"
-                         f"{detail}; it was not read further, passed on or stored: {url}", kind=TOO_LARGE)
+                         f"{detail}; it was not read further, passed on or stored: {url}", failure=UpstreamFailure.TOO_LARGE)
 
 
 # -- content codings ------------------------------------------------------------------------
@@ -424,7 +422,7 @@ def _codings(reply: httpx.Response, url: str) -> list[str]:
         why = (f"{unknown[0]!r} is not a coding this proxy decodes ({known})" if unknown
                else f"this proxy decodes at most {MAX_CODINGS} codings one over another")
         raise UpstreamError(f"the upstream answered with Content-Encoding {', '.join(codings)!r}: {why}; "
-                            f"the answer was not passed on or stored: {url}", kind=UNDECODABLE)
+                            f"the answer was not passed on or stored: {url}", failure=UpstreamFailure.UNDECODABLE)
     return codings
 
 

@@ -12,7 +12,7 @@ from stbproxy.errors import ConfigError, UpstreamError
 from stbproxy.models import Response
 from stbproxy.sim.faults import (
     ALLOWED_STATUSES,
-    FaultKind,
+    Fault,
     FaultPlan,
     FaultRule,
     Latency,
@@ -29,18 +29,18 @@ TOOLS = [f"tool_{i:03d}_for_demo" for i in range(400)]
 @pytest.mark.parametrize(
     "spec, expected",
     [
-        ("down=0.2", FaultRule(FaultKind.DOWN, fraction=0.2)),
-        ("down=25%", FaultRule(FaultKind.DOWN, fraction=0.25)),
-        ("down=0.5,tool=weather*", FaultRule(FaultKind.DOWN, fraction=0.5, tool="weather*")),
-        ("status=503,p=0.1,tool=weather*", FaultRule(FaultKind.STATUS, status=503, p=0.1, tool="weather*")),
-        ("timeout,api=*forecast*", FaultRule(FaultKind.TIMEOUT, api="*forecast*")),
-        ("refuse,host=*.p.rapidapi.com,p=0.5", FaultRule(FaultKind.REFUSE, host="*.p.rapidapi.com", p=0.5)),
-        ("latency=200ms", FaultRule(FaultKind.LATENCY, latency=Latency(0.2))),
-        ("latency=1.5s", FaultRule(FaultKind.LATENCY, latency=Latency(1.5))),
-        ("latency=lognormal:200ms:0.5", FaultRule(FaultKind.LATENCY, latency=Latency(0.2, 0.5))),
-        ("malformed,p=0.05", FaultRule(FaultKind.MALFORMED, p=0.05)),
-        ("empty", FaultRule(FaultKind.EMPTY)),
-        ("  Status = 429 , P = 10% ", FaultRule(FaultKind.STATUS, status=429, p=0.1)),
+        ("down=0.2", FaultRule(Fault.DOWN, fraction=0.2)),
+        ("down=25%", FaultRule(Fault.DOWN, fraction=0.25)),
+        ("down=0.5,tool=weather*", FaultRule(Fault.DOWN, fraction=0.5, tool="weather*")),
+        ("status=503,p=0.1,tool=weather*", FaultRule(Fault.STATUS, status=503, p=0.1, tool="weather*")),
+        ("timeout,api=*forecast*", FaultRule(Fault.TIMEOUT, api="*forecast*")),
+        ("refuse,host=*.p.rapidapi.com,p=0.5", FaultRule(Fault.REFUSE, host="*.p.rapidapi.com", p=0.5)),
+        ("latency=200ms", FaultRule(Fault.LATENCY, latency=Latency(0.2))),
+        ("latency=1.5s", FaultRule(Fault.LATENCY, latency=Latency(1.5))),
+        ("latency=lognormal:200ms:0.5", FaultRule(Fault.LATENCY, latency=Latency(0.2, 0.5))),
+        ("malformed,p=0.05", FaultRule(Fault.MALFORMED, p=0.05)),
+        ("empty", FaultRule(Fault.EMPTY)),
+        ("  Status = 429 , P = 10% ", FaultRule(Fault.STATUS, status=429, p=0.1)),
     ],
 )
 def test_parse_good_specs(spec, expected):
@@ -99,8 +99,8 @@ def test_parse_malformed_specs(spec, message_part):
 
 def test_from_specs_accepts_repeats_semicolons_and_a_single_string():
     plan = FaultPlan.from_specs(["down=0.1", "latency=10ms; status=500,p=0.5"], seed=4)
-    assert [r.kind for r in plan.rules] == [FaultKind.DOWN, FaultKind.LATENCY, FaultKind.STATUS]
-    assert FaultPlan.from_specs("timeout").rules == (FaultRule(FaultKind.TIMEOUT),)
+    assert [r.fault for r in plan.rules] == [Fault.DOWN, Fault.LATENCY, Fault.STATUS]
+    assert FaultPlan.from_specs("timeout").rules == (FaultRule(Fault.TIMEOUT),)
     assert not FaultPlan.from_specs(None) and not FaultPlan.from_specs([])
     with pytest.raises(ConfigError, match="'status=999' is not an allowed"):
         FaultPlan.from_specs(["down=0.1", "status=999"])
@@ -147,7 +147,7 @@ def test_describe_lists_rules_and_seed():
 def test_scopes_use_case_insensitive_globs(spec, host, tool, api, hit):
     decision = FaultPlan.from_specs(spec).decide(host, tool, api, "key")
     assert decision.failed is hit
-    assert decision.kind is (FaultKind.TIMEOUT if hit else None)
+    assert decision.fault is (Fault.TIMEOUT if hit else None)
 
 
 def test_first_matching_failure_wins_and_latencies_add_up():
@@ -155,7 +155,7 @@ def test_first_matching_failure_wins_and_latencies_add_up():
         ["latency=100ms", "status=429,tool=other", "status=503", "timeout", "latency=50ms"]
     )
     decision = plan.decide("h", "tool", "api", "key")
-    assert (decision.kind, decision.status) == (FaultKind.STATUS, 503)
+    assert (decision.fault, decision.status) == (Fault.STATUS, 503)
     assert decision.rule == "status=503"
     assert decision.latency == pytest.approx(0.15)
 
@@ -226,11 +226,11 @@ def test_down_decides_every_request_of_a_down_tool_the_same_way():
     plan = FaultPlan.from_specs("down=0.3", seed=5)
     down = set(plan.down_tools(TOOLS))
     for tool in TOOLS[:60]:
-        kinds = {plan.decide("h", tool, f"api{i}", f"k{i}").kind for i in range(5)}
-        assert kinds == ({FaultKind.DOWN} if tool in down else {None})
+        faults = {plan.decide("h", tool, f"api{i}", f"k{i}").fault for i in range(5)}
+        assert faults == ({Fault.DOWN} if tool in down else {None})
     # Tool identity ignores case: standardized and display names agree.
     name = sorted(down)[0]
-    assert plan.decide("h", name.upper(), None, "k").kind is FaultKind.DOWN
+    assert plan.decide("h", name.upper(), None, "k").fault is Fault.DOWN
 
 
 def test_unmapped_requests_use_the_host_as_tool_identity():
@@ -334,7 +334,7 @@ def test_no_answer_kinds_become_upstream_errors(spec, error_kind):
     assert decision.failed and not decision.answers
     assert decision.make_response() is None
     error = decision.upstream_error()
-    assert isinstance(error, UpstreamError) and error.kind == error_kind
+    assert isinstance(error, UpstreamError) and error.failure == error_kind
     assert "injected" in str(error)
 
 

@@ -71,7 +71,7 @@ def test_an_unknown_session_is_opened_again_once_and_else_is_a_session_failure()
     seen.clear()
     with pytest.raises(UpstreamError) as failed:
         asyncio.run(sessions.send(post(rpc("tools/list"), ("Mcp-Session-Id", "other")), lambda r: server(r, 99)))
-    assert failed.value.kind == "session"
+    assert failed.value.failure == "session"
 
 
 def test_a_session_failure_is_an_error_never_simulated_nor_stored(tmp_path):

@@ -339,7 +339,7 @@ def run_simulation(server: FakeOpenAI, args: dict, store=None, doc=HEALTH, **set
     from stbproxy.sim.simulators import build_simulator
     from stbproxy.synthesis.simulation import SimulationRequest
 
-    config = SimulatorConfig(**{"kind": "mirrorapi", "model": "mirror", "base_url": server.base_url, "api_key": "k",
+    config = SimulatorConfig(**{"name": "mirrorapi", "model": "mirror", "base_url": server.base_url, "api_key": "k",
                                 "temperature": 0.2, "system_prompt": PLAIN, "max_retries": 0, **settings})
     simulator = build_simulator(config, None, store)
     ref = HEALTH.ref if doc is None else doc.ref
@@ -428,7 +428,7 @@ def test_the_llm_simulator_takes_a_system_prompt_file_and_keeps_its_own_user_mes
     from stbproxy.sim.llm_prompt import build_messages
 
     with Store(tmp_path / "store") as store, FakeOpenAI(lambda _request: '{"error": "", "response": "up"}') as server:
-        made = run_simulation(server, {"verbose": True}, store=store, kind="llm", system_prompt="Play the API.")
+        made = run_simulation(server, {"verbose": True}, store=store, name="llm", system_prompt="Play the API.")
         (asked,) = server.chat_requests()
     ours = build_messages(CallFacts(Request("GET", HEALTH.url), HEALTH, {"verbose": True}, ()), [])
     assert made.ok and made.meta["simulator"] == "llm"

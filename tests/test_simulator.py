@@ -85,7 +85,7 @@ def filled(store):
 
 def llm(server: FakeOpenAI, catalog, store, **config) -> LlmSimulator:
     config.setdefault("max_retries", 0)
-    return LlmSimulator(SimulatorConfig(kind="llm", model="sim-model", base_url=server.base_url,
+    return LlmSimulator(SimulatorConfig(name="llm", model="sim-model", base_url=server.base_url,
                                         api_key="test-key", **config), catalog, store)
 
 
@@ -249,7 +249,7 @@ def test_a_virtual_call_whose_model_cannot_be_reached_gets_stabletoolbench_s_500
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(kind="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
+    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
                                        max_retries=0), catalog, store)
     [result] = run(simulate(sim, virtual_job()))
     assert not result.ok and result.meta[VIRTUAL_STATUS] == 500 and "cannot connect" in result.meta["cause"]
@@ -297,7 +297,7 @@ def test_refused_connection_ends_as_failed(catalog, store):
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(kind="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
+    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
                                        max_retries=0), catalog, store)
     started = time.monotonic()
     [result] = run(simulate(sim, weather_job()))
@@ -445,14 +445,14 @@ def test_off_simulator_answers_a_clear_error():
     (SimulatorConfig(), {"OPENAI_API_KEY": "k"}, "llm"),
     (SimulatorConfig(), {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}, "llm"),
     (SimulatorConfig(model="m"), {}, "llm"),
-    (SimulatorConfig(kind="off"), {"OPENAI_API_KEY": "k"}, "off"),
-    (SimulatorConfig(kind="schema", model="m"), {}, "schema"),
+    (SimulatorConfig(name="off"), {"OPENAI_API_KEY": "k"}, "off"),
+    (SimulatorConfig(name="schema", model="m"), {}, "schema"),
 ])
-def test_choose_kind(config, env, kind):
-    assert config.choose_kind(env) == kind
+def test_chosen_simulator(config, env, kind):
+    assert config.chosen(env) == kind
 
 
-@pytest.mark.parametrize("bad", [dict(kind="gpt"), dict(concurrency=0), dict(temperature=3.0),
+@pytest.mark.parametrize("bad", [dict(name="gpt"), dict(concurrency=0), dict(temperature=3.0),
                                  dict(timeout=0), dict(max_tokens=0)])
 def test_bad_config_is_refused(bad):
     with pytest.raises(ConfigError):
@@ -463,9 +463,9 @@ def test_build_simulator(catalog, store, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     assert isinstance(build_simulator(SimulatorConfig(), catalog, store), SchemaSimulator)
-    assert isinstance(build_simulator(SimulatorConfig(kind="off"), catalog, store), OffSimulator)
+    assert isinstance(build_simulator(SimulatorConfig(name="off"), catalog, store), OffSimulator)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        build_simulator(SimulatorConfig(kind="llm"), catalog, store)
+        build_simulator(SimulatorConfig(name="llm"), catalog, store)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # keyless self-hosted backend
     sim = build_simulator(SimulatorConfig(), catalog, store)
     assert isinstance(sim, LlmSimulator)

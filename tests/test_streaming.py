@@ -21,7 +21,7 @@ class Pieces:
         for piece in self.pieces:
             yield piece
         if self.breaks:
-            raise UpstreamError("the event stream of http://127.0.0.1/mcp broke off", kind="protocol")
+            raise UpstreamError("the event stream of http://127.0.0.1/mcp broke off", failure="protocol")
         if self.then_waits:
             await asyncio.Event().wait()
 

@@ -155,7 +155,7 @@ def test_the_simulator_gets_the_api_as_the_calls_kind_describes_it(store):
 
     class Down:
         async def send(self, request):
-            raise UpstreamError("connection refused", kind="unreachable")
+            raise UpstreamError("connection refused", failure="unreachable")
 
     class Seeing:
         def __init__(self) -> None:

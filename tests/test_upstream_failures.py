@@ -16,10 +16,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "stbproxy"
 
 def test_a_failure_outside_the_set_is_refused_and_members_read_as_their_words():
     with pytest.raises(ValueError):
-        UpstreamError("x", kind="timed-out")
-    error = UpstreamError("x", kind="timeout")
-    assert error.kind is UpstreamFailure.TIMEOUT and error.kind == "timeout" and f"{error.kind}" == "timeout"
-    assert UpstreamError("x").kind is UpstreamFailure.UNREACHABLE
+        UpstreamError("x", failure="timed-out")
+    error = UpstreamError("x", failure="timeout")
+    assert error.failure is UpstreamFailure.TIMEOUT and error.failure == "timeout" and f"{error.failure}" == "timeout"
+    assert UpstreamError("x").failure is UpstreamFailure.UNREACHABLE
 
 
 def test_no_upstream_error_in_the_code_names_its_failure_by_a_bare_string():

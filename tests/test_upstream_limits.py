@@ -165,9 +165,9 @@ def refusal(url: str, limit: int | None = 1 << 20) -> UpstreamError:
 
 def test_an_answer_over_the_limit_is_refused_whether_its_length_is_announced_or_not(answers):
     announced = refusal(answers.url("/plain?bytes=2000000"))
-    assert announced.kind == "too-large" and "announces 2,000,000 bytes" in str(announced)
+    assert announced.failure == "too-large" and "announces 2,000,000 bytes" in str(announced)
     unannounced = refusal(answers.url("/chunked?bytes=3000000"))
-    assert unannounced.kind == "too-large"
+    assert unannounced.failure == "too-large"
     for error in (announced, unannounced):
         assert "larger than the limit of 1,048,576 bytes (--max-upstream-body)" in str(error)
     assert fetch(answers.url("/plain?bytes=1048576"), 1 << 20).body == b"x" * 1048576  # the limit itself passes
@@ -181,7 +181,7 @@ def test_a_gzip_bomb_stops_inflating_at_the_limit(answers):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert error.kind == "too-large" and "once decoded (gzip)" in str(error), error
+    assert error.failure == "too-large" and "once decoded (gzip)" in str(error), error
     assert peak < 8 << 20, f"inflating took {peak:,} bytes: it did not stop at the 1 MiB limit"
     assert len(fetch(answers.url("/bomb"), limit=BOMB_MIB << 20).body) == BOMB_MIB << 20  # within a larger limit
 
@@ -221,7 +221,7 @@ def test_raw_deflate_and_concatenated_gzip_members_are_decoded_whole(answers):
 @pytest.mark.parametrize("codings", ["compress", "gzip, compress", "foo", ", ".join(["gzip"] * 6)])
 def test_a_coding_not_decoded_is_refused_never_passed_on_half(answers, codings):
     error = refusal(answers.url(f"/coded/{codings}"), None)
-    assert error.kind == "undecodable" and "not passed on or stored" in str(error), error
+    assert error.failure == "undecodable" and "not passed on or stored" in str(error), error
 
 
 def test_an_answer_without_a_body_needs_no_coding_decoded_and_is_within_any_limit(answers):

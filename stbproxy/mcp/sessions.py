@@ -14,7 +14,7 @@ session, or the id is one the proxy minted and it never saw) says so with 404 (4
 word of the session, for some servers): the proxy opens a session of its own in its place
 and sends the request again, once; the client goes on with the id it has (a DELETE of a
 session the server no longer has is answered 200: it has ended). When no session
-can be opened, the call fails with an UpstreamError of kind ``session``, which the engine
+can be opened, the call fails with an UpstreamError of failure ``session``, which the engine
 answers as an error, never simulated: nothing is made up for a problem of the proxy's own.
 """
 
@@ -90,7 +90,7 @@ class SessionMap:
             response, seconds = await send(_with_session(request, real))
             if unknown_session(response):
                 raise UpstreamError(f"the MCP server at {request.url} does not know the session the proxy opened "
-                                    f"for this client (HTTP {response.status})", kind=UpstreamFailure.SESSION)
+                                    f"for this client (HTTP {response.status})", failure=UpstreamFailure.SESSION)
         return response, seconds
 
     async def send_in_open_session(self, request: Request, send: Send) -> tuple[Response, float]:
@@ -102,7 +102,7 @@ class SessionMap:
         real = self.real_id(minted)
         if real is None:
             raise UpstreamError(f"the session the store opened has no session at {request.url} yet",
-                                kind=UpstreamFailure.NO_SESSION)
+                                failure=UpstreamFailure.NO_SESSION)
         return await send(_with_session(request, real))
 
     async def _open(self, minted: str, request: Request, send: Send) -> str:
@@ -117,7 +117,7 @@ class SessionMap:
         real = answer.header(SESSION_HEADER)
         if answer.status != 200 or not real:
             raise UpstreamError(f"the MCP server at {request.url} opened no session for this client, which the "
-                                f"proxy asked it to (HTTP {answer.status})", kind=UpstreamFailure.SESSION)
+                                f"proxy asked it to (HTTP {answer.status})", failure=UpstreamFailure.SESSION)
         notified = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
         await send(Request("POST", request.url, headers + ((SESSION_HEADER, real), (VERSION_HEADER, version)),
                            notified))

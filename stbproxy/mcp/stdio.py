@@ -34,7 +34,6 @@ EVENTS = (("Content-Type", sse.EVENT_STREAM),)
 READ_LIMIT = 64 << 20  # one message per line: a line may be a large result
 INIT_ID = "stbproxy-initialize"
 STOP_WAIT = 2.0  # seconds a child gets to exit after its stdin closed, as MCP clients give it
-DEFERRED = UpstreamFailure.DEFERRED  # UpstreamError.kind the engine answers itself (engine.DEFERRED)
 
 
 class StdioServer:
@@ -65,7 +64,7 @@ class StdioServer:
             # What only concerns a session the store answered so far (its initialized
             # notification): the server, once started, is initialized as the client was.
             raise UpstreamError("the stdio MCP server starts with the first request that needs it",
-                                kind=DEFERRED)
+                                failure=UpstreamFailure.DEFERRED)
         await self._running(message.method)
         started = asyncio.get_running_loop().time()
         if message.kind != jsonrpc.REQUEST:
@@ -109,7 +108,7 @@ class StdioServer:
         if self._process is not None:
             if self._process.returncode is not None:
                 raise UpstreamError(f"the stdio MCP server {self._shown()} exited with status "
-                                    f"{self._process.returncode}", kind=UpstreamFailure.UNREACHABLE)
+                                    f"{self._process.returncode}", failure=UpstreamFailure.UNREACHABLE)
             return
         self._starting = self._starting or asyncio.Lock()
         async with self._starting:
@@ -121,7 +120,7 @@ class StdioServer:
                     env=self.env, limit=READ_LIMIT)
             except OSError as exc:
                 self.start_error = f"cannot start the stdio MCP server {self._shown()}: {exc}"
-                raise UpstreamError(self.start_error, kind=UpstreamFailure.UNREACHABLE) from exc
+                raise UpstreamError(self.start_error, failure=UpstreamFailure.UNREACHABLE) from exc
             log.info("started the stdio MCP server %s (pid %d)", self._shown(), self._process.pid)
             self._reader = asyncio.ensure_future(self._read())
             if method != "initialize" and self.initialize is not None:
@@ -150,7 +149,7 @@ class StdioServer:
             return await asyncio.wait_for(waiter, self.timeout), self._heard[key]
         except asyncio.TimeoutError:
             raise UpstreamError(f"the stdio MCP server {self._shown()} gave no answer within "
-                                f"{self.timeout:g} s", kind=UpstreamFailure.TIMEOUT) from None
+                                f"{self.timeout:g} s", failure=UpstreamFailure.TIMEOUT) from None
         finally:
             self._waiting.pop(key, None)
             self._heard.pop(key, None)
@@ -176,13 +175,13 @@ class StdioServer:
         stdin = self._process.stdin if self._process else None
         if stdin is None or stdin.is_closing():
             raise UpstreamError(f"the stdio MCP server {self._shown()} is not running",
-                                kind=UpstreamFailure.UNREACHABLE)
+                                failure=UpstreamFailure.UNREACHABLE)
         try:
             stdin.write(body.rstrip(b"\r\n") + b"\n")
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise UpstreamError(f"the stdio MCP server {self._shown()} closed its input: {exc}",
-                                kind=UpstreamFailure.UNREACHABLE) from exc
+                                failure=UpstreamFailure.UNREACHABLE) from exc
 
     async def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
@@ -208,7 +207,7 @@ class StdioServer:
         for waiter in self._waiting.values():  # the child is gone: nobody will answer these
             if not waiter.done():
                 waiter.set_exception(UpstreamError(f"the stdio MCP server {self._shown()} exited",
-                                                   kind=UpstreamFailure.UNREACHABLE))
+                                                   failure=UpstreamFailure.UNREACHABLE))
 
     def _answer_to(self, line: bytes):
         answer = jsonrpc.answer_of(line)

@@ -62,7 +62,6 @@ NAME = "mcp"
 SESSION = protocol.SESSION_HEADER.lower()
 # Error codes of the proxy's own answers (the range MCP leaves to implementations).
 REPLAY_MISS, NO_ANSWER, NOT_SIMULATED = -32010, -32011, -32012
-DEFERRED = UpstreamFailure.DEFERRED  # UpstreamError.kind of a message the proxy answers itself (engine.DEFERRED)
 # JSON-RPC errors that say the request was wrong: the server's real answer to it.
 REQUEST_ERRORS = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
                             jsonrpc.INVALID_PARAMS, -32002, -32020, -32021, -32022})
@@ -313,7 +312,7 @@ class Mcp(BaseKind):
                 call.facts["server"], _session_of(call), call.request.body):
             return Response(202, JSON, b""), 0.0  # it answers a question the proxy replayed: never the server's
         if not call.keep and self._unopened(call):
-            raise UpstreamError("the session the store opened has no session at the server yet", kind=DEFERRED)
+            raise UpstreamError("the session the store opened has no session at the server yet", failure=UpstreamFailure.DEFERRED)
         if call.streams:
             return await self.sessions.send_in_open_session(call.upstream, send)
         channel = call.facts.get(LIVE)
@@ -368,16 +367,16 @@ class Mcp(BaseKind):
         return self.tools.tool(server, call.api.api, protocol.key_prefix(server, "tools/list"))
 
     # -- faults ------------------------------------------------------------------------
-    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
-        """An injected fault as a tool error result or a JSON-RPC error (other fault kinds
-        answer as HTTP, which an MCP client also sees)."""
-        if kind == "tool-error":
+    def injected(self, call: Call, fault: str, rule: str) -> Response | None:
+        """An injected fault as a tool error result or a JSON-RPC error (other faults answer
+        as HTTP, which an MCP client also sees)."""
+        if fault == "tool-error":
             return self._result(call, {"content": [{"type": "text", "text": f"Injected fault ({rule}): the tool "
                                                                             "failed."}], "isError": True})
-        if kind == "rpc-error":
+        if fault == "rpc-error":
             return self._error(call, jsonrpc.INTERNAL_ERROR, f"Injected fault ({rule}): internal error")
-        if call.request.url.startswith(protocol.STDIO_SCHEME) and kind in STDIO_FAULTS:
-            code, what = STDIO_FAULTS[kind]  # stdio has no HTTP status: MCP's own error, with the request's id
+        if call.request.url.startswith(protocol.STDIO_SCHEME) and fault in STDIO_FAULTS:
+            code, what = STDIO_FAULTS[fault]  # stdio has no HTTP status: MCP's own error, with the request's id
             return self._error(call, code, f"Injected fault ({rule}): {what}")
         return None
 

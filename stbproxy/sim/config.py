@@ -1,5 +1,5 @@
-"""Which simulator a proxy runs and how: ``SimulatorConfig`` (kind, model, limits), and
-``choose_kind``'s rule for when none is named (an LLM when one is configured, else the
+"""Which simulator a proxy runs and how: ``SimulatorConfig`` (name, model, limits), and
+``chosen``'s rule for when none is named (an LLM when one is configured, else the
 offline schema simulator)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 from stbproxy.errors import ConfigError
 
-KINDS = ("llm", "mirrorapi", "schema", "off")
-MODEL_KINDS = ("llm", "mirrorapi")  # the simulators that ask a model
+SIMULATORS = ("llm", "mirrorapi", "schema", "off")
+MODEL_SIMULATORS = ("llm", "mirrorapi")  # the simulators that ask a model
 DEFAULT_MODEL = "gpt-4o-mini"
 # StableToolBench's MirrorAPI server: the model it asks for when its configuration names
 # none, and the temperature its configuration ships with.
@@ -25,7 +25,7 @@ MIRRORAPI_UNKNOWN = ("fail", "prompt")
 
 @dataclass(frozen=True)
 class SimulatorConfig:
-    kind: str | None = None  # "llm", "mirrorapi", "schema", "off"; None lets choose_kind() decide
+    name: str | None = None  # one of SIMULATORS; None lets chosen() decide
     model: str | None = None  # None: DEFAULT_MODEL
     temperature: float | None = None  # None: MIRRORAPI_TEMPERATURE for mirrorapi, else 0
     max_tokens: int | None = 1024
@@ -43,8 +43,8 @@ class SimulatorConfig:
     mirrorapi_unknown: str = "fail"  # MIRRORAPI_UNKNOWN
 
     def __post_init__(self) -> None:
-        if self.kind is not None and self.kind not in KINDS:
-            raise ConfigError(f"unknown simulator {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if self.name is not None and self.name not in SIMULATORS:
+            raise ConfigError(f"unknown simulator {self.name!r}: choose one of {', '.join(SIMULATORS)}")
         if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
             raise ConfigError(f"simulator temperature {self.temperature} must be between 0 and 2")
         if self.max_tokens is not None and self.max_tokens < 1:
@@ -64,7 +64,7 @@ class SimulatorConfig:
 
     @property
     def model_name(self) -> str:
-        return self.model or (MIRRORAPI_MODEL if self.kind == "mirrorapi" else DEFAULT_MODEL)
+        return self.model or (MIRRORAPI_MODEL if self.name == "mirrorapi" else DEFAULT_MODEL)
 
     @property
     def sampling_temperature(self) -> float | int:
@@ -72,7 +72,7 @@ class SimulatorConfig:
         configuration gives it, where ``0.0`` would be other bytes of the same request)."""
         temperature = self.temperature
         if temperature is None:
-            temperature = MIRRORAPI_TEMPERATURE if self.kind == "mirrorapi" else 0
+            temperature = MIRRORAPI_TEMPERATURE if self.name == "mirrorapi" else 0
         return int(temperature) if float(temperature).is_integer() else temperature
 
     @property
@@ -85,8 +85,8 @@ class SimulatorConfig:
         return bool(self.model or self.base_url or self.api_key
                     or env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL"))
 
-    def choose_kind(self, env: Mapping[str, str] | None = None) -> str:
-        """The kind asked for, else "llm" when an LLM is configured, else the offline "schema"."""
-        if self.kind is not None:
-            return self.kind
+    def chosen(self, env: Mapping[str, str] | None = None) -> str:
+        """The simulator asked for, else "llm" when an LLM is configured, else the offline "schema"."""
+        if self.name is not None:
+            return self.name
         return "llm" if self.llm_configured(env) else "schema"

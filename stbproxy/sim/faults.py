@@ -47,7 +47,7 @@ _GRAMMAR_HINT = (
 )
 
 
-class FaultKind(str, enum.Enum):
+class Fault(str, enum.Enum):
     DOWN = "down"
     REFUSE = "refuse"
     TIMEOUT = "timeout"
@@ -61,12 +61,12 @@ class FaultKind(str, enum.Enum):
     @property
     def answers(self) -> bool:
         """True for kinds that produce an HTTP answer; the others mean no answer at all."""
-        return self in (FaultKind.STATUS, FaultKind.MALFORMED, FaultKind.EMPTY, FaultKind.TOOL_ERROR,
-                        FaultKind.RPC_ERROR)
+        return self in (Fault.STATUS, Fault.MALFORMED, Fault.EMPTY, Fault.TOOL_ERROR,
+                        Fault.RPC_ERROR)
 
 
 # Which kinds take a value after "=", and which must have one.
-_VALUE_REQUIRED = {FaultKind.DOWN, FaultKind.STATUS, FaultKind.LATENCY}
+_VALUE_REQUIRED = {Fault.DOWN, Fault.STATUS, Fault.LATENCY}
 _SCOPES = ("host", "tool", "api", "p")
 
 
@@ -84,7 +84,7 @@ class Latency:
 
 @dataclass(frozen=True, slots=True)
 class FaultRule:
-    kind: FaultKind
+    fault: Fault
     fraction: float | None = None  # down
     status: int | None = None  # status
     latency: Latency | None = None  # latency
@@ -96,13 +96,13 @@ class FaultRule:
     def __str__(self) -> str:
         """The rule in canonical spec form; parsing it gives back an equal rule."""
         value = {
-            FaultKind.DOWN: self.fraction,
-            FaultKind.STATUS: self.status,
-            FaultKind.LATENCY: self.latency,
-        }.get(self.kind)
+            Fault.DOWN: self.fraction,
+            Fault.STATUS: self.status,
+            Fault.LATENCY: self.latency,
+        }.get(self.fault)
         if isinstance(value, float):
             value = _format_number(value)
-        parts = [self.kind.value if value is None else f"{self.kind.value}={value}"]
+        parts = [self.fault.value if value is None else f"{self.fault.value}={value}"]
         parts += [f"{name}={glob}" for name, glob in self._globs() if glob is not None]
         if self.p != 1.0:
             parts.append(f"p={_format_number(self.p)}")
@@ -180,26 +180,26 @@ def parse_fault_spec(text: str) -> FaultRule:
         raise _bad(spec, spec, "has an empty part between commas")
     head, _, value = parts[0].partition("=")
     try:
-        kind = FaultKind(head.strip().lower())
+        fault = Fault(head.strip().lower())
     except ValueError:
         if head.strip().lower() in _SCOPES:  # "p=0.5" alone: where and how often, but not what
             raise _bad(spec, parts[0], "is a scope, not a fault kind: a spec starts with the failure") from None
         raise _bad(spec, parts[0], "is not a fault kind") from None
     value = value.strip()
     has_value = "=" in parts[0]
-    if kind in _VALUE_REQUIRED and not value:
-        raise _bad(spec, parts[0], f"needs a value ({kind.value}=...)")
-    if kind not in _VALUE_REQUIRED and has_value:
-        raise _bad(spec, parts[0], f"takes no value (write just '{kind.value}')")
+    if fault in _VALUE_REQUIRED and not value:
+        raise _bad(spec, parts[0], f"needs a value ({fault.value}=...)")
+    if fault not in _VALUE_REQUIRED and has_value:
+        raise _bad(spec, parts[0], f"takes no value (write just '{fault.value}')")
 
-    fields: dict[str, object] = {"kind": kind}
-    if kind is FaultKind.DOWN:
+    fields: dict[str, object] = {"fault": fault}
+    if fault is Fault.DOWN:
         fields["fraction"] = _parse_share(spec, parts[0], value)
-    elif kind is FaultKind.STATUS:
+    elif fault is Fault.STATUS:
         if not value.isdigit() or int(value) not in ALLOWED_STATUSES:
             raise _bad(spec, parts[0], "is not an allowed status code")
         fields["status"] = int(value)
-    elif kind is FaultKind.LATENCY:
+    elif fault is Fault.LATENCY:
         fields["latency"] = _parse_latency(spec, parts[0], value)
 
     for part in parts[1:]:
@@ -211,7 +211,7 @@ def parse_fault_spec(text: str) -> FaultRule:
             raise _bad(spec, part, "has an empty value")
         if name in fields:
             raise _bad(spec, part, "repeats a scope")
-        if kind is FaultKind.DOWN and name in ("api", "p"):
+        if fault is Fault.DOWN and name in ("api", "p"):
             # A tool is down as a whole and on every request, so neither applies.
             raise _bad(spec, part, "does not apply to down (scope it by host or tool)")
         fields[name] = _parse_share(spec, part, scope_value) if name == "p" else scope_value
@@ -228,9 +228,9 @@ def _unit(*parts: object) -> float:
 
 
 _NO_ANSWER_ERRORS = {
-    FaultKind.DOWN: (UpstreamFailure.UNREACHABLE, "tool is down (injected fault)"),
-    FaultKind.REFUSE: (UpstreamFailure.UNREACHABLE, "connection refused (injected fault)"),
-    FaultKind.TIMEOUT: (UpstreamFailure.TIMEOUT, "upstream timed out (injected fault)"),
+    Fault.DOWN: (UpstreamFailure.UNREACHABLE, "tool is down (injected fault)"),
+    Fault.REFUSE: (UpstreamFailure.UNREACHABLE, "connection refused (injected fault)"),
+    Fault.TIMEOUT: (UpstreamFailure.TIMEOUT, "upstream timed out (injected fault)"),
 }
 
 # Each message carries a word the StableToolBench validity rules count as a failure,
@@ -255,33 +255,33 @@ class Decision:
     """What to do with one request: delay it, and maybe fail it in one way."""
 
     latency: float = 0.0
-    kind: FaultKind | None = None
+    fault: Fault | None = None
     status: int | None = None
     rule: str = ""  # the failing rule in spec form, for logs and metadata
 
     @property
     def failed(self) -> bool:
-        return self.kind is not None
+        return self.fault is not None
 
     @property
     def answers(self) -> bool:
         """True when the failure comes with an HTTP answer (see make_response)."""
-        return self.kind is not None and self.kind.answers
+        return self.fault is not None and self.fault.answers
 
     def make_response(self) -> Response | None:
         """The injected HTTP answer, or None when there is no failure or it has no answer."""
         if not self.answers:
             return None
         status = 200
-        if self.kind is FaultKind.STATUS:
+        if self.fault is Fault.STATUS:
             assert self.status is not None
             status = self.status
             payload = {"message": _STATUS_MESSAGES[status], "status": status}
             body = json.dumps(payload).encode()
-        elif self.kind in (FaultKind.TOOL_ERROR, FaultKind.RPC_ERROR):
+        elif self.fault in (Fault.TOOL_ERROR, Fault.RPC_ERROR):
             status = 500  # MCP's shapes are the MCP kind's (mcp/traffic.py); other traffic gets a 500
-            body = json.dumps({"message": f"injected {self.kind.value}", "status": status}).encode()
-        elif self.kind is FaultKind.MALFORMED:
+            body = json.dumps({"message": f"injected {self.fault.value}", "status": status}).encode()
+        elif self.fault is Fault.MALFORMED:
             body = _MALFORMED_BODY
         else:
             body = b""
@@ -295,10 +295,10 @@ class Decision:
 
     def upstream_error(self) -> UpstreamError | None:
         """For no-answer kinds (down, refuse, timeout), the error the engine should act on."""
-        if self.kind not in _NO_ANSWER_ERRORS:
+        if self.fault not in _NO_ANSWER_ERRORS:
             return None
-        kind, message = _NO_ANSWER_ERRORS[self.kind]
-        return UpstreamError(f"{message}: {self.rule}", kind=kind)
+        failure, message = _NO_ANSWER_ERRORS[self.fault]
+        return UpstreamError(f"{message}: {self.rule}", failure=failure)
 
 
 NO_FAULT = Decision()
@@ -349,7 +349,7 @@ class FaultPlan:
     def down_tools(self, tools: Iterable[str]) -> list[str]:
         """The given tools that are down, in the given order (host-scoped rules need a host,
         so they do not count here)."""
-        downs = [r for r in self.rules if r.kind is FaultKind.DOWN]
+        downs = [r for r in self.rules if r.fault is Fault.DOWN]
         return [t for t in tools if any(self._is_down(r, None, t) for r in downs)]
 
     def decide(
@@ -371,24 +371,24 @@ class FaultPlan:
         latency = 0.0
         failure: FaultRule | None = None
         for index, rule in enumerate(self.rules):
-            if rule.kind is FaultKind.DOWN:
+            if rule.fault is Fault.DOWN:
                 if failure is None and self._is_down(rule, host, tool):
                     failure = rule
                 continue
             if not rule.matches(host, tool, api):
                 continue
-            if rule.kind is not FaultKind.LATENCY and failure is not None:
+            if rule.fault is not Fault.LATENCY and failure is not None:
                 continue
             draw_id = (self.seed, index, request_key, occurrence)
             if rule.p < 1.0 and _unit(*draw_id) >= rule.p:
                 continue
-            if rule.kind is FaultKind.LATENCY:
+            if rule.fault is Fault.LATENCY:
                 latency += self._latency_seconds(rule, draw_id)
             else:
                 failure = rule
         if failure is None:
             return Decision(latency=latency) if latency else NO_FAULT
-        return Decision(latency=latency, kind=failure.kind, status=failure.status, rule=str(failure))
+        return Decision(latency=latency, fault=failure.fault, status=failure.status, rule=str(failure))
 
     @staticmethod
     def _latency_seconds(rule: FaultRule, draw_id: tuple[object, ...]) -> float:

@@ -17,7 +17,7 @@ from stbproxy.errors import ConfigError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.sim import dialects
 from stbproxy.sim.call_facts import REAL_SOURCES, ExampleCache, body_text, call_facts
-from stbproxy.sim.config import MODEL_KINDS, SimulatorConfig
+from stbproxy.sim.config import MODEL_SIMULATORS, SimulatorConfig
 from stbproxy.sim.llm_simulator import LlmSimulator
 from stbproxy.stb.bodies import api_body_response, error_object_response
 from stbproxy.stb.catalog import Catalog
@@ -30,31 +30,31 @@ def build_simulator(config: SimulatorConfig, catalog: Catalog | None, store, *,
                     rules: KeyRules = DEFAULT_RULES) -> Simulator:
     """The simulator ``config`` asks for. ``rules`` must be the engine's, so that its extra
     secret fields stay out of prompts too."""
-    kind = config.choose_kind()
-    if kind not in MODEL_KINDS and (config.template is not None or config.system_prompt is not None):
+    name = config.chosen()
+    if name not in MODEL_SIMULATORS and (config.template is not None or config.system_prompt is not None):
         raise ConfigError(f"prompt options (--sim-prompt, --sim-system-prompt, --stb-dir) are for the llm and "
-                          f"mirrorapi simulators, not {kind}", setting="simulator")
-    if kind != "mirrorapi" and not config.mirrorapi_defaults:  # else they would silently do nothing
-        raise ConfigError(f"--mirrorapi-parse and --mirrorapi-unknown are for the mirrorapi simulator, not {kind}",
+                          f"mirrorapi simulators, not {name}", setting="simulator")
+    if name != "mirrorapi" and not config.mirrorapi_defaults:  # else they would silently do nothing
+        raise ConfigError(f"--mirrorapi-parse and --mirrorapi-unknown are for the mirrorapi simulator, not {name}",
                           setting="simulator")
-    if kind == "off":
+    if name == "off":
         return OffSimulator()
-    if kind == "schema":
+    if name == "schema":
         return SchemaSimulator(catalog, store, rules=rules)
-    return LlmSimulator(config, catalog, store, rules=rules, dialect=dialect_for(kind, config))
+    return LlmSimulator(config, catalog, store, rules=rules, dialect=dialect_for(name, config))
 
 
-def dialect_for(kind: str, config: SimulatorConfig) -> dialects.Dialect:
+def dialect_for(name: str, config: SimulatorConfig) -> dialects.Dialect:
     """How the ``llm`` or ``mirrorapi`` simulator speaks to its model, with the user's prompts."""
-    if kind == "mirrorapi" and config.system_prompt is None and (
+    if name == "mirrorapi" and config.system_prompt is None and (
             config.template is None or config.template.system is None):
         raise ConfigError("the mirrorapi simulator needs the system prompt its model was trained on: give "
                           "--stb-dir DIR (your StableToolBench checkout; --stb-prompt plain|cot chooses the "
                           "prompt) or --sim-system-prompt FILE", setting="simulator")
     rules = (config.mirrorapi_parse, config.mirrorapi_unknown)
     if config.template is not None:
-        return dialects.templated(kind, config.template, config.system_prompt, *rules)
-    if kind == "mirrorapi":
+        return dialects.templated(name, config.template, config.system_prompt, *rules)
+    if name == "mirrorapi":
         return dialects.mirrorapi(config.system_prompt, *rules)
     return dialects.llm(config.system_prompt)
 

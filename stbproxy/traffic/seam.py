@@ -96,9 +96,9 @@ class TrafficKind(Protocol):
     async def simulate(self, call: Call, simulator: Simulator, reason: str) -> Simulation:
         """A made-up answer in this kind's shape, from ``simulator``."""
 
-    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
-        """The answer for an injected fault of ``kind`` in this kind's shape, or None for the
-        engine's own (HTTP statuses, no answer at all)."""
+    def injected(self, call: Call, fault: str, rule: str) -> Response | None:
+        """The answer for an injected ``fault`` (sim/faults.Fault's value) in this kind's shape,
+        or None for the engine's own (HTTP statuses, no answer at all)."""
 
     async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
         """The real API's answer to ``call``, sent with ``send``."""
@@ -135,7 +135,7 @@ class BaseKind:
         return await simulator.simulate(SimulationRequest(call.request, call.key, call.api, reason,
                                                           doc=self.describe(call), args=call.args or None))
 
-    def injected(self, call: Call, kind: str, rule: str) -> Response | None:
+    def injected(self, call: Call, fault: str, rule: str) -> Response | None:
         return None
 
     async def send_upstream(self, call: Call, send: Send) -> tuple[Response, float]:
