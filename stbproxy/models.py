@@ -62,6 +62,9 @@ class Request:
     url: str
     headers: Headers = ()
     body: bytes = b""
+    # Addressed to the proxy itself (its /virtual endpoint), not to a server to pass it on to:
+    # the front end knows, a kind answers it, and nothing ever forwards it.
+    to_proxy: bool = False
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)
