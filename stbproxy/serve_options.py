@@ -34,7 +34,7 @@ from stbproxy.models import Mode
 from stbproxy.settings import SIMULATORS, parse_mode, parse_temperature, parse_timeout
 from stbproxy.stb.validity import CHOICES as VALIDITIES
 from stbproxy.stb.validity import parse_keep_status
-from stbproxy.store.embedded import default_store_path
+from stbproxy.store.folder import default_store_path
 from stbproxy.store.shared_url import shared_url_from_env
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY
 

@@ -32,7 +32,7 @@ from stbproxy.private_files import private_dir
 from stbproxy.sessions import safe_session_name
 from stbproxy.sim.faults import FaultPlan
 from stbproxy.stb.validity import AUTO, CHOICES, parse_keep_status
-from stbproxy.store.embedded import auth_salt
+from stbproxy.store.folder import auth_salt
 from stbproxy.store.shared_url import SharedUrl, parse_shared_url
 from stbproxy.upstream import DEFAULT_MAX_UPSTREAM_BODY, UpstreamConfig
 

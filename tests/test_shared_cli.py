@@ -14,7 +14,8 @@ from stbproxy.cli import main
 from stbproxy.models import Exchange, Request, Response, Source
 from stbproxy.serve_process import ServeProcess
 from stbproxy.stb.catalog import api_key_name, category_key, tool_key
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.embedded import Store
+from stbproxy.store.key_layout import ENTRY_PREFIXES
 from stbproxy.store.record_format import encode_exchange
 from stbproxy.store.redis_process import RedisProcess, free_port
 from stbproxy.store.shared_bulk import SharedBulk

@@ -318,7 +318,7 @@ def test_a_secondary_sees_the_writers_entries_after_catching_up(tmp_path):
 
 
 def test_a_path_that_mentions_lock_is_not_taken_for_a_held_lock(tmp_path):
-    from stbproxy.store.embedded import open_failure
+    from stbproxy.store.folder import open_failure
 
     path = tmp_path / "blocks" / "store"
     read_only = open_failure(path, Exception(f"IO error: While mkdir if missing: {path}: Read-only file system"))

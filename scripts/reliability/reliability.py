@@ -49,7 +49,8 @@ from scripts.bench.bench_proxy import body_for, request_targets  # noqa: E402
 from scripts.common import HOST, child_env, percentile, run_in_workdir, stbproxy_command  # noqa: E402
 from scripts.reliability import fuzzkit  # noqa: E402
 from stbproxy.serve_process import ServeProcess  # noqa: E402
-from stbproxy.store.embedded import Store, directory_size  # noqa: E402
+from stbproxy.store.embedded import Store  # noqa: E402
+from stbproxy.store.folder import directory_size  # noqa: E402
 from stbproxy.store.write_failures import LOG_INTERVAL  # noqa: E402
 
 BENCH_PROXY = Path(__file__).resolve().parents[1] / "bench" / "bench_proxy.py"  # its _upstream role

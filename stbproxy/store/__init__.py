@@ -1,6 +1,10 @@
 """Where answers are kept, one job a module:
 
-- embedded.py: the embedded RocksDB store (the only importer of rocksdict), its key layout;
+- embedded.py: the embedded RocksDB store, ``Store``; it and rocksdb_options.py (how RocksDB
+  is opened: the block cache, the table options) are the only importers of rocksdict;
+- key_layout.py: the embedded store's keys (which prefix holds what, a session record's key);
+- folder.py: the store's folder around RocksDB's files (default place, credential salt, size
+  on disk, why a folder cannot hold a store); stats.py: what ``stbproxy stats`` counts;
 - record_format.py: the bytes of one stored record, the same in both tiers;
 - shared_url.py: the shared tier's URL (forms, parts, the password never shown);
 - shared_client.py: the Redis side of the shared tier (key layout, clients, failures told

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from stbproxy.errors import StoreError
-from stbproxy.store.embedded import ENTRY_PREFIXES, LOG_PREFIX, Store
+from stbproxy.store.embedded import Store
+from stbproxy.store.key_layout import ENTRY_PREFIXES, LOG_PREFIX
 from stbproxy.store.record_format import decode_exchange
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_client import CATALOG_KEY

@@ -24,7 +24,8 @@ from stbproxy.errors import StoreError
 from stbproxy.models import Exchange
 from stbproxy.sessions import expand_record
 from stbproxy.store.contract import OneTier
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.embedded import Store
+from stbproxy.store.key_layout import ENTRY_PREFIXES
 from stbproxy.store.record_format import decode_exchange, encode_exchange
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_tier import NO_LEASE, SharedTier
