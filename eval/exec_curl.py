@@ -186,9 +186,9 @@ def _long_name(option: str) -> str:
     raise Refused(f"unsupported curl option {option}")
 
 
-def _options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """The options (long name, value or None) and the URLs, in order."""
-    options: list[tuple[str, str | None]] = []
+def _options(words: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The options (long name, value; "" for a flag) and the URLs, in order."""
+    options: list[tuple[str, str]] = []
     urls: list[str] = []
     i = 0
     only_urls = False
@@ -209,7 +209,7 @@ def _options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]
                 options.append((name, words[i]))
                 i += 1
             else:
-                options.append((name, None))
+                options.append((name, ""))
             continue
         # Short options, possibly clustered (-sSL) or with their value attached (-XPOST).
         j = 1
@@ -226,7 +226,7 @@ def _options(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]
                     raise Refused(f"-{word[j - 1]} needs a value")
                 options.append((name, value))
                 break
-            options.append((name, None))
+            options.append((name, ""))
     return options, urls
 
 
@@ -262,13 +262,13 @@ def parse_curl(line: str) -> CurlRequest:
     max_time: float | None = None
     for name, value in options:
         if name == "--url":
-            urls.append(value or "")
+            urls.append(value)
         elif name == "--request":
-            method = (value or "").strip().upper()
+            method = value.strip().upper()
             if not re.fullmatch(r"[A-Z]+", method):
                 raise Refused(f"-X {value!r} is not an HTTP method")
         elif name == "--header":
-            if value is None or ":" not in value:
+            if ":" not in value:
                 if value and value.startswith("@"):
                     raise Refused(f"-H {value[:40]!r} reads a local file")
                 raise Refused(f"-H {value!r} is not 'Name: value'")
@@ -279,12 +279,12 @@ def parse_curl(line: str) -> CurlRequest:
             if text.strip():  # "Name:" takes a header out, as curl does
                 headers.append((key.strip(), text.strip()))
         elif name in _DATA:
-            data.append(_data_part(name, value or ""))
+            data.append(_data_part(name, value))
             if name == "--json":
                 content_type = "application/json"
                 headers.append(("Accept", "application/json"))
         elif name in ("--form", "--form-string"):
-            if name == "--form" and re.search(r"=[@<]", value or ""):
+            if name == "--form" and re.search(r"=[@<]", value):
                 raise Refused(f"-F {value[:40]!r} reads a local file")
             raise Refused(f"{name} (a multipart form) is not supported")
         elif name == "--get":
@@ -300,27 +300,27 @@ def parse_curl(line: str) -> CurlRequest:
         elif name == "--globoff":
             globoff = True
         elif name == "--user":
-            user = value or ""
+            user = value
             if ":" not in user:
                 raise Refused("-u without a password (curl would prompt for one)")
             headers.append(("Authorization", "Basic " + base64.b64encode(user.encode()).decode("ascii")))
         elif name == "--user-agent":
-            headers.append(("User-Agent", value or ""))
+            headers.append(("User-Agent", value))
         elif name == "--referer":
-            headers.append(("Referer", value or ""))
+            headers.append(("Referer", value))
         elif name == "--cookie":
-            if "=" not in (value or ""):
+            if "=" not in value:
                 raise Refused(f"-b {value[:40]!r} reads a local cookie file")
-            headers.append(("Cookie", value or ""))
+            headers.append(("Cookie", value))
         elif name == "--max-time":
             try:
-                max_time = float(value or "")
+                max_time = float(value)
             except ValueError:
                 raise Refused(f"-m {value!r} is not a number of seconds") from None
         elif name == "--write-out":
-            if (value or "").startswith("@"):
+            if value.startswith("@"):
                 raise Refused(f"-w {value[:40]!r} reads a local file")
-            if not _WHITESPACE_FORMAT.match(value or ""):
+            if not _WHITESPACE_FORMAT.match(value):
                 raise Refused("-w with variables is not supported (it would change the output)")
         # the rest (-s, -S, -k, -v, --compressed, --retry, --http1.1, ...) change nothing that is printed
     if not urls:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .exec_report import table
 from .html_text import esc
+from .lenient import as_dict
 
 MAX_SHOWN = 4000  # characters of an answer shown; the run folder has more
 
@@ -59,7 +60,7 @@ def _section(run: dict) -> str:
 def _item(item: dict) -> str:
     status = str(item.get("status") or "")
     f1 = item.get("f1")
-    prediction = item.get("prediction") if isinstance(item.get("prediction"), dict) else {}
+    prediction = as_dict(item.get("prediction"))
     labels = [label for label in item.get("labels") or [] if isinstance(label, dict)]
     best = item.get("best_label")
     chosen = labels[best - 1] if isinstance(best, int) and 0 < best <= len(labels) else None

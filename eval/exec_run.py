@@ -23,7 +23,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import quote, quote_plus
 
 from .errors import InputError
@@ -125,7 +125,7 @@ class Keys:
     values: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, tasks: Iterable[str], overrides: dict[str, str], environ: dict[str, str] | None = None) -> Keys:
+    def read(cls, tasks: Iterable[str], overrides: dict[str, str], environ: Mapping[str, str] | None = None) -> Keys:
         environ = os.environ if environ is None else environ
         env = {task: overrides.get(task, PROFILES[task].key_env) for task in tasks}
         values = {task: environ[name] for task, name in env.items() if name and environ.get(name)}

@@ -38,6 +38,8 @@ def _controls(queries: list[dict], has_baseline: bool) -> str:
 
 
 def query_section(main: dict, has_baseline: bool, rounds: int) -> str:
+    """The query list's section: its controls and a table whose rows the script fills
+    (a baseline column when a baseline is given; ``rounds`` heads the status column)."""
     queries = [q for q in as_list(main.get("queries")) if isinstance(q, dict)]
     unit = "trial" if main.get("status_of") == "trials" else "round"  # what each status pill stands for
     base_col = '<th scope="col">baseline</th>' if has_baseline else ""

@@ -163,6 +163,8 @@ def _other_runs(runs: list[dict]) -> str:
 
 
 def summary(runs: list[dict], baseline: dict | None, colors: dict[str, str]) -> str:
+    """The summary section: the first run (and the baseline) named, its cards and panels,
+    and the table of all runs when more than one is given."""
     main = runs[0] if runs else {}
     lines = _run_line(main, "run") + (_run_line(baseline, "baseline") if baseline is not None else "")
     panels = [_pass_k_panel(main), _stability_panel(main), _sources_panel(main, baseline, colors),

@@ -90,7 +90,9 @@ def as_sent(function: dict[str, Any], where: str = "config") -> dict[str, Any]:
     name = function["name"]
     sent = copy.deepcopy(function)
     parameters = sent.get("parameters")
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(parameters, dict):
+        parameters = {}  # no properties either: refused below
+    properties = parameters.get("properties")
     if not isinstance(properties, dict) or FUNCTIONS[name].label_field not in properties:
         # Without it no reply could carry a label: every judgment would be unscored.
         raise TemplateError(f"{where}: {name} has no parameters.properties.{FUNCTIONS[name].label_field}")

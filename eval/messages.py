@@ -84,10 +84,10 @@ def read_steps(messages: Iterable[dict[str, Any]], *, thoughts: bool = True,
                 break
             if call.id is not None and call.id in by_id:
                 response = by_id[call.id]
+            elif (anonymous := _next_anonymous(messages, index, claimed)) is not None:
+                response = anonymous
             else:
-                response = _next_anonymous(messages, index, claimed)
-                if response is None:
-                    response = late.popleft() if late else ""
+                response = late.popleft() if late else ""
             out.steps.append(_tool(call, response))
     return out
 

@@ -48,6 +48,13 @@ class Outcome:
             return "missing"
         return self.labels[r] or "unscored"
 
+    def round_score(self, r: int) -> float | None:
+        """Its score in round ``r``: 0 when missing, None when unscored."""
+        if self.missing:
+            return 0.0
+        label = self.labels[r]
+        return None if label is None else SCORES[label]
+
 
 @dataclass
 class GroupScore:
@@ -195,7 +202,7 @@ def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> t
         counted = [o for o in rows if not (o.missing and missing == "skip")]
         runs: list[float | None] = []
         for r in range(rounds):
-            values = [0.0 if o.missing else SCORES[o.labels[r]] for o in counted if o.missing or o.labels[r] is not None]
+            values = [v for o in counted if (v := o.round_score(r)) is not None]
             runs.append(statistics.fmean(values) if values else None)
         counts = {k: 0 for k in ("Solved", "Unsure", "Unsolved", "unscored", "missing", "no_judge")}
         for o in rows:
@@ -210,8 +217,8 @@ def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> t
         return groups, None
     averaged: list[float | None] = []
     for r in range(rounds):
-        values = [g.runs[r] for g in groups]
-        averaged.append(None if any(v is None for v in values) else statistics.fmean(values))  # type: ignore[arg-type]
+        known = [v for g in groups if (v := g.runs[r]) is not None]
+        averaged.append(statistics.fmean(known) if len(known) == len(groups) else None)
     totals = {k: sum(g.counts[k] for g in groups) for k in groups[0].counts}
     return groups, GroupScore(AVERAGE, averaged, sum(g.queries for g in groups), totals)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from stbcore.arguments import SECRET_FIELDS
 
@@ -51,7 +51,7 @@ def write_queries(path: Path, records: Iterable[dict[str, Any]]) -> Path:
 
 def steps_of(answer: Any) -> list[dict[str, Any]]:
     """The answer's path as report steps; tool steps carry how each call was answered."""
-    calls = iter(getattr(answer, "calls", ()) or ())
+    calls: Iterator[dict[str, Any]] = iter(getattr(answer, "calls", ()) or ())
     steps = []
     for node in main_path(answer.answer_details):
         role, message = node.get("role", ""), node.get("message")
@@ -62,11 +62,11 @@ def steps_of(answer: Any) -> list[dict[str, Any]]:
     return steps
 
 
-def _tool_step(message: Any, calls: Any) -> dict[str, Any]:
+def _tool_step(message: Any, calls: Iterator[dict[str, Any]]) -> dict[str, Any]:
     if not isinstance(message, dict):  # a converted file's tool message: the text of a dict
         return _step("tool", text=masked(_text(message)))
     name = str(message.get("name", ""))
-    answered = {} if name == FINISH else next(calls, {})
+    answered: dict[str, Any] = {} if name == FINISH else next(calls, {})
     return _step("tool", tool={"name": name, "arguments": masked(_text(message.get("arguments", "")))},
                  answer=masked(_text(message.get("response", ""))), source=answered.get("source"),
                  key=answered.get("key"))

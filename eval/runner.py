@@ -52,9 +52,9 @@ def run_rounds(tasks: Sequence[T], rounds: int, work: Callable[[T, int], R], *,
         for r in range(rounds):
             futures: list[Future[R]] = [pool.submit(counted, task, r) for task in tasks]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in done if f.exception() is not None), None)
-            if failed is not None:
-                raise failed.exception()  # type: ignore[misc]
+            error = next((e for f in done if (e := f.exception()) is not None), None)
+            if error is not None:
+                raise error
             results.append([f.result() for f in futures])
     finally:
         # On an error or Ctrl-C, drop what has not started; running calls finish alone.

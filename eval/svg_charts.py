@@ -190,5 +190,6 @@ def svg_stack(counts: dict[str, int], colors: dict[str, str], *, title: str, wid
 
 
 def svg_dot(color: str) -> str:
+    """A small round mark of a colour, as a legend shows beside a name."""
     return (f'<svg class="dot" viewBox="0 0 10 10" aria-hidden="true"><circle cx="5" cy="5" r="5" '
             f'fill="{esc(color)}"/></svg>')

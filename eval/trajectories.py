@@ -316,9 +316,10 @@ def _attribute(item: Recorded, traffic: Traffic, body: Any) -> None:
     if not waiting:
         traffic.unattributed.append(item.index)
         return
-    if wire is not None and len(waiting) > 1:
+    tool = wire.name if wire is not None else None  # a request of a tool protocol names its tool
+    if tool is not None and len(waiting) > 1:
         # The request names its tool: the conversations that asked for that tool.
-        waiting = [c for c in waiting if any(names_match(call.name, wire.name) for call in c.pending)] or waiting
+        waiting = [c for c in waiting if any(names_match(call.name, tool) for call in c.pending)] or waiting
     if len(waiting) > 1:
         text = (unquote(item.url) + " " + item.request_text).lower()
         scores = [max(_overlap(call, text) for call in c.pending) for c in waiting]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from math import comb
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import InputError
 from .passrate import AVERAGE, GroupScore, Outcome, PassRate
@@ -67,7 +67,7 @@ class TrialScores:
                 "pass^k": {str(k): v for k, v in self.pass_hat.items()}}
 
 
-def trial_scores(passes: Mapping[str, list[bool | None]]) -> TrialScores:
+def trial_scores(passes: Mapping[str, Sequence[bool | None]]) -> TrialScores:
     """pass@k and pass^k for k = 1..n, from each query's trial verdicts (None: not scored).
 
     Every query must have the same number of scored trials: k ranges over one n."""

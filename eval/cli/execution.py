@@ -109,7 +109,7 @@ def exec_cmd(items_path: Path, out: Path | None, default_task: str, proxy: str |
     finally:
         bar.close()
         warnings.flush()
-    if labels_only:
+    if out is None:  # so --labels-only: without it, a missing --out is refused above
         click.echo(exec_report.labels_text(result), nl=False)
         return
     summary = exec_report.summary_of(result, name or items_path.stem, items_path.name)
