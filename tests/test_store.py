@@ -127,6 +127,16 @@ def test_data_survives_reopen(tmp_path):
         assert store.get_meta("catalog") == {"apis": 3}
 
 
+def test_a_closed_store_says_so(tmp_path):
+    store = Store(tmp_path / "s")
+    store.close()
+    store.close()  # a second close is no error
+    for use in (lambda: store.get(exchange().key), lambda: store.put(exchange()), lambda: list(store.keys("http/")),
+                lambda: store.session_names()):
+        with pytest.raises(StoreError, match=r"the store at .* is closed"):
+            use()
+
+
 def test_second_writer_gets_a_clear_lock_error_and_readers_still_work(tmp_path):
     with Store(tmp_path / "s") as writer:
         writer.put(exchange())
@@ -299,6 +309,8 @@ def test_session_records_appended_one_by_one_and_in_batches_share_one_sequence(t
         store.append_sessions([("b", {"n": 2})])
         assert [(r["seq"], r["n"]) for r in store.session_records("a")] == [(1, 1), (2, 2), (3, 3), (4, 4)]
         assert [(r["seq"], r["n"]) for r in store.session_records("b")] == [(1, 1), (2, 2)]
+        assert store.session_names() == ["a", "b"]
+        assert store.session_record("a", 3)["n"] == 3 and store.session_record("a", 5) is None
 
 
 def test_a_secondary_sees_the_writers_entries_after_catching_up(tmp_path):
