@@ -96,6 +96,18 @@ def test_writes_reads_and_fleet_counters(redis_server):
         assert bulk.session_names() == ["run-1"] and bulk.session_records("run-1") == [b'{"seq": 1}']
 
 
+def test_a_read_after_closing_is_a_miss_not_a_wait(redis_server):
+    async def main():
+        tier = await connected(SharedTier(parse_shared_url(redis_server.url)))
+        tier.set("http/h/GET/a/1", b"STB1 bytes")
+        assert await tier.flushed()
+        await tier.aclose()
+        assert await asyncio.wait_for(tier.get("http/h/GET/a/1"), OP_TIMEOUT * 2) is None
+        assert not tier.up
+
+    asyncio.run(main())
+
+
 def test_a_lease_is_exclusive_released_and_an_expired_one_lets_the_next_go(redis_server):
     async def main():
         first = await connected(SharedTier(parse_shared_url(redis_server.url)))
