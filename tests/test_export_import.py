@@ -237,11 +237,11 @@ def test_session_export_options_and_errors(recorded, tmp_path):
     ("http://127.0.0.1:8443/x", "127.0.0.1:844", False),
 ])
 def test_export_all_matches_host_and_port_as_users_write_them(url, pattern, picked):
-    from stbproxy.cli.transfer import _matches
+    from stbproxy.cassettes.selection import matches
     from stbproxy.models import Exchange, Response, Source
 
     exchange = Exchange(request_key(Request("GET", url)), Request("GET", url), Response(200), Source.UPSTREAM, 0.0)
-    assert _matches(exchange, pattern) is picked
+    assert matches(exchange, pattern) is picked
 
 
 def test_odd_session_names_export_to_a_safe_file_in_the_current_folder(recorded, tmp_path):

@@ -1,13 +1,14 @@
 """The ``stbproxy`` command (the cli package is the only importer of click).
 
 The click group lives here; its commands live in modules by theme: serving.py (serve,
-env), mcp_stdio.py (mcp-stdio: a stdio MCP server behind the proxy), store_care.py (stats, sessions, forget), transfer.py (export, import), openapi.py
-(import openapi, check), forensics.py (run: an agent command once per trial; drift),
-shared_tier.py
-(sync, and the --shared option of the others), stability.py (``eval stability``, attached to
-the evaluation package's group); common.py holds what they share. Every option can also be set from the environment:
-``STBPROXY_<COMMAND>_<OPTION>`` (e.g. ``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``),
-the store everywhere by ``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
+env), mcp_stdio.py (mcp-stdio: a stdio MCP server behind the proxy), store_care.py (stats,
+sessions, forget), export.py (export), importing.py (import stb-cache, tools, cassette),
+openapi.py (import openapi, check), forensics.py (run: an agent command once per trial;
+drift), shared_tier.py (sync, and the --shared option of the others), stability.py (``eval
+stability``, attached to the evaluation package's group); common.py holds what they share.
+Every option can also be set from the environment: ``STBPROXY_<COMMAND>_<OPTION>`` (e.g.
+``STBPROXY_SERVE_PORT=9000``, ``STBPROXY_STATS_JSON=1``), the store everywhere by
+``STBPROXY_STORE`` and the CA's folder by ``STBPROXY_CONFDIR``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import click
 
 from stbproxy import __version__
 from stbproxy.cli.common import OneLineErrors, end_at_once_on_ctrl_c, expose_envvars
+from stbproxy.cli.export import export
 from stbproxy.cli.forensics import drift, run
+from stbproxy.cli.importing import import_group
 from stbproxy.cli.mcp_stdio import mcp_stdio
 from stbproxy.cli.openapi import check, import_openapi
 from stbproxy.cli.serving import env, serve
 from stbproxy.cli.shared_tier import sync
 from stbproxy.cli.store_care import forget, sessions, stats
-from stbproxy.cli.transfer import export, import_group
 
 
 class _Main(OneLineErrors):

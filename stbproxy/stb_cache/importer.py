@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Generator, Iterator
 
 from stbproxy import keys
 from stbproxy.errors import InputError
@@ -291,7 +291,7 @@ TASKS_AHEAD = 4  # per worker: enough to keep the workers busy, few enough to bo
 
 def encoded_files(files: list[Path], root: Path, *, catalog_file: Path | None, rules: KeyRules = DEFAULT_RULES,
                   skip_failures: bool = False, now: float, jobs: int | None = None,
-                  shield: Callable[[], ContextManager] = contextlib.nullcontext) -> Iterator[EncodedFile]:
+                  shield: Callable[[], ContextManager] = contextlib.nullcontext) -> Generator[EncodedFile, None, None]:
     """Every file encoded, in order; ``jobs`` worker processes (default: one per core).
     Workers run at most TASKS_AHEAD tasks ahead of the caller, so a caller slower than
     them (a busy store or shared tier) holds a few hundred files' records, not all.
