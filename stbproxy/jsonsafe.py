@@ -10,7 +10,7 @@ JsonTooDeep, a ValueError, so callers that treat invalid JSON as text do the sam
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
 MAX_JSON_DEPTH = 100  # real API payloads stay far below this; recursion stays far from Python's limit
 
@@ -55,6 +55,7 @@ def deeper_than(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(node, dict):
             children = node.values()
         elif isinstance(node, list):

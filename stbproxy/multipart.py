@@ -8,10 +8,11 @@ import email.utils
 import re
 from dataclasses import dataclass
 from email.message import Message
+from typing import TypeGuard
 
 
-def is_multipart_type(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
+def is_multipart_type(content_type: str | None) -> TypeGuard[str]:
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,9 +210,9 @@ def _failed_calls(store: Path, session: str) -> str:
                       *lines])
 
 
-def _unanswered_requests(report: Path) -> str:
+def _unanswered_requests(report: Path | None) -> str:
     """A failure message for requests the cassette did not answer, with the closest one."""
-    if not report.exists():
+    if report is None or not report.exists():
         return f"stbproxy wrote no playback report ({report}): the proxy did not stop cleanly"
     unmatched = json.loads(report.read_text())["unmatched"]
     return "\n".join(line for miss in unmatched for line in describe_miss(miss))

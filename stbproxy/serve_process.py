@@ -39,7 +39,7 @@ class ServeProcess:
         inherited = {k: v for k, v in os.environ.items()
                      if not k.lower().endswith("_proxy") and not k.startswith("STBPROXY_")}
         self.env = {**inherited, **(env or {})}
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.output: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -93,7 +93,8 @@ class ServeProcess:
 
     def _accepts(self, port: int, deadline: float) -> bool:
         """A ready line is believed only if the process lives and its port takes a connection."""
-        while self.process.poll() is None and time.monotonic() < deadline:
+        process = self.process  # (a ready line comes only from a process launched)
+        while process is not None and process.poll() is None and time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 return True
@@ -105,7 +106,8 @@ class ServeProcess:
         return self.launch().wait_ready(timeout)
 
     def _read(self) -> None:
-        for line in self.process.stdout:
+        stdout = self.process.stdout if self.process is not None else None  # (launched, its output piped)
+        for line in stdout or ():
             self.output.append(line)
             self._lines.put(line)
         self._lines.put(None)

@@ -128,7 +128,7 @@ def _certificates_in(path: Path) -> list[str]:
         files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     except OSError:
         return []
-    found = []
+    found: list[str] = []
     for file in files:
         text = _read_or_none(file)
         if text is not None:

@@ -35,7 +35,8 @@ import ssl
 import time
 import zlib
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable, Iterator
+from types import ModuleType
+from typing import AsyncIterator, Callable, Iterable, Iterator, Protocol
 from urllib.parse import urlsplit
 
 import certifi  # httpx's own source of public CAs
@@ -48,6 +49,7 @@ try:  # installed with mitmproxy, as httpx finds them
     import brotli
 except ImportError:  # pragma: no cover
     brotli = None
+zstandard: ModuleType | None
 try:
     import zstandard
 except ImportError:  # pragma: no cover
@@ -299,6 +301,14 @@ class _OverLimit(Exception):
     """A coding made more than the limit (its name is the message)."""
 
 
+class _Decoder(Protocol):
+    """One coding undone: pieces in, what they make out; ``flush`` at the body's end."""
+
+    def feed(self, data: bytes) -> Iterable[bytes]: ...
+
+    def flush(self) -> Iterable[bytes]: ...
+
+
 class _Inflate:
     """gzip and x-gzip (every member, as gzip concatenates them) or deflate (zlib-wrapped as
     RFC 9110 says, or raw as some servers send it), PIECE bytes at most per step: zlib's
@@ -395,8 +405,9 @@ class _Sliced:
 
 _LIBRARY_ERRORS = tuple(error for error in (getattr(brotli, "error", None), getattr(zstandard, "ZstdError", None))
                         if error is not None)
-_DECODERS = {"identity": None, "gzip": lambda: _Inflate(True), "x-gzip": lambda: _Inflate(True),
-             "deflate": lambda: _Inflate(False)}
+_DECODERS: dict[str, Callable[[], _Decoder] | None] = {
+    "identity": None, "gzip": lambda: _Inflate(True), "x-gzip": lambda: _Inflate(True),
+    "deflate": lambda: _Inflate(False)}
 if brotli is not None:
     _DECODERS["br"] = lambda: _Sliced("br")
 if zstandard is not None:
@@ -431,7 +442,8 @@ class _Decoding:
     when any of them has made more than ``limit`` bytes (None: no limit, an event stream)."""
 
     def __init__(self, codings: list[str], limit: int | None) -> None:
-        self._stages = [_DECODERS[c]() for c in reversed(codings) if c != "identity"]
+        makers = [_DECODERS[c] for c in reversed(codings)]
+        self._stages = [make() for make in makers if make is not None]  # (only identity has none)
         self._names = [c for c in reversed(codings) if c != "identity"]
         self._made = [0] * len(self._stages)
         self._limit = limit

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from yaml import YAMLError
 
-YAMLError = yaml.YAMLError
 ConstructorError = yaml.constructor.ConstructorError  # an unsafe or unknown tag, refused
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when it is built in
 

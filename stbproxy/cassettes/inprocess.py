@@ -22,6 +22,7 @@ import fnmatch
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import requests
 import requests_mock
 
 from stbproxy.cassettes.store import CassetteStore, describe_miss, session_exchanges
@@ -95,7 +96,7 @@ def replay(cassette: str | Path | None = None, *, store: str | Path | None = Non
     player = Player(_playback(cassette, store, session, ordered, catalog, rules), rules=rules, catalog=catalog)
     hosts = tuple(h.lower() for h in passthrough)
 
-    def matcher(proxied):
+    def matcher(proxied: requests_mock.Request) -> requests.Response | None:
         request = _request_of(proxied)
         if hosts and any(fnmatch.fnmatchcase(request.host, h) for h in hosts):
             return None  # not ours: requests-mock lets it through (real_http)
@@ -128,7 +129,7 @@ def _playback(cassette, store, session, ordered, catalog, rules) -> CassetteStor
                          interactions=interactions)
 
 
-def _request_of(proxied) -> Request:
+def _request_of(proxied: requests_mock.Request) -> Request:
     """requests-mock's view of a request as the engine's Request."""
     body = proxied.body
     if body is None:

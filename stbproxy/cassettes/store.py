@@ -14,7 +14,7 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from stbproxy.cassettes.reading import imported_exchange, read_cassette
 from stbproxy.cassettes.vcr_format import Interaction
@@ -115,7 +115,7 @@ class CassetteStore(OneTier):
         return iter(())  # a cassette played keeps no session log: nothing to fork from or replay in order
 
     # shutdown -------------------------------------------------------------------------------
-    def close(self, misses: list[dict] = ()) -> None:
+    def close(self, misses: Sequence[dict] = ()) -> None:
         self.report.unmatched = list(misses)
         self.report.played = len(self._played)
         self.report.unplayed = [

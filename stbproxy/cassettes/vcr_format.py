@@ -221,7 +221,7 @@ def _yaml_ready(cassette: dict) -> dict:
     for interaction in interactions:
         request = interaction.get("request") if isinstance(interaction, dict) else None
         headers = request.get("headers") if isinstance(request, dict) else None
-        if isinstance(headers, dict):
+        if isinstance(request, dict) and isinstance(headers, dict):
             written = {name: _yaml_values(values) for name, values in headers.items()}
             if written != headers:
                 interaction = {**interaction, "request": {**request, "headers": written}}
@@ -307,6 +307,7 @@ def _unwritable(value: Any, where: str = "") -> str | None:
         bad = next(c for c in value if "\ud800" <= c <= "\udfff")
         return _printable(f"{where or 'a value'} holds {ascii(bad)[1:-1]}, a lone surrogate that no cassette "
                           "text can hold")
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):

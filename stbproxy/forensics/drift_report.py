@@ -61,15 +61,14 @@ def render(rows: list[ApiDrift]) -> str:
     lines = [f"{'api':<{width}}  " + "  ".join(f"{name:>11}" for name in COLUMNS)]
     for row in rows:
         lines.append(f"{row.api:<{width}}  " + "  ".join(f"{row.counts[name]:>11}" for name in COLUMNS))
-    changed = [row for row in rows if row.first]
+    changed = [(row.api, row.first) for row in rows if row.first]
     if changed:
         lines.append("")
-    for row in changed:
-        first = row.first
+    for api, first in changed:
         where = first["path"] or ("the status" if first["verdict"] == STATUS else "the body")
         # A stored answer that was not real (simulated, imported) is expected to differ: said so.
         origin = f", the stored answer {first['origin']}" if first["origin"] not in ("", "upstream") else ""
-        lines.append(f"{row.api}: {first['verdict']} changed at {where}: stored {first['stored']}, "
+        lines.append(f"{api}: {first['verdict']} changed at {where}: stored {first['stored']}, "
                      f"now {first['live']} (session {first['session']}, call {first['seq']}{origin})")
     total = sum(row.changed for row in rows)
     checked = sum(sum(row.counts.values()) for row in rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from stbcore.llm_apis import is_openai_compatible
@@ -163,14 +163,17 @@ class SessionPlayback:
         steps = self.recordings.steps(state.fork.source)
         number = state.served + 1
         if state.served >= len(steps):
-            return self._stop(ref, state, f"step {number}: the recording has only {len(steps)} answered calls")
+            self._stop(ref, state, f"step {number}: the recording has only {len(steps)} answered calls")
+            return None
         step = steps[state.served]
         got = call_shape(request)
         if not step.shape.matches(got):
-            return self._stop(ref, state, f"step {number}: expected {step.shape}, got {got}")
+            self._stop(ref, state, f"step {number}: expected {step.shape}, got {got}")
+            return None
         exchange = self.recordings.answer(step)
         if exchange is None:
-            return self._stop(ref, state, f"step {number}: the recorded answer is no longer stored")
+            self._stop(ref, state, f"step {number}: the recorded answer is no longer stored")
+            return None
         state.served = number
         record: dict = {"forked": f"{state.fork.source}#{step.seq}"}
         if number == 1:
@@ -181,7 +184,6 @@ class SessionPlayback:
         state.stopped = why
         log.warning("stbproxy: session %s stops following %s: %s; from here it is answered as the mode says",
                     ref.name, state.fork, why)
-        return None
 
     def stop_note(self, ref: SessionRef) -> dict:
         """For the record of the call that stopped a fork (once): why it stopped."""
@@ -189,7 +191,7 @@ class SessionPlayback:
         if state is None or not state.stopped or state.served < 0:
             return {}
         state.served = -1  # noted: never again
-        note = {"fork_stopped": state.stopped}
+        note: dict[str, Any] = {"fork_stopped": state.stopped}
         if state.stopped.startswith("step 1:"):
             note["fork"] = {"from": state.fork.source, "at": state.fork.steps}
         return note

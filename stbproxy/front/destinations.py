@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _IPV4_CHARS = frozenset("0123456789abcdefx.")
@@ -109,7 +109,7 @@ class DestinationRules:
     def active(self) -> bool:
         return bool(self.deny or self.deny_internal)
 
-    def _by_name(self, host: str) -> bool | str | None:
+    def _by_name(self, host: str) -> Literal[True] | str | None:
         """What the globs alone say: True (allowed), a reason (refused), or None (undecided)."""
         name = host_name(host)
         if any(fnmatch.fnmatchcase(name, glob) for glob in self.allow):

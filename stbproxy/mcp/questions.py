@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, TypeGuard
 
 from stbproxy.mcp import jsonrpc, sse
 from stbproxy.models import Response, StreamedResponse
@@ -40,7 +40,7 @@ def asked_in(response: Response) -> list[dict]:
             if b'"method"' in block and _is_request(message := sse.message_of(block))]
 
 
-def _is_request(message: dict | None) -> bool:
+def _is_request(message: dict | None) -> TypeGuard[dict]:
     return (message is not None and isinstance(message.get("method"), str) and "id" in message
             and "result" not in message and "error" not in message)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeGuard
 
 from stbproxy.errors import UpstreamError, UpstreamFailure
 from stbproxy.mcp.protocol import DEFAULT_SESSION_VERSION, SESSION_HEADER, VERSION_HEADER
@@ -54,8 +54,8 @@ class SessionMap:
         return minted
 
     @staticmethod
-    def is_minted(session_id: str | None) -> bool:
-        return bool(session_id) and session_id.startswith(MINTED_PREFIX)
+    def is_minted(session_id: str | None) -> TypeGuard[str]:
+        return session_id is not None and session_id.startswith(MINTED_PREFIX)
 
     def real_id(self, minted: str) -> str | None:
         state = self._minted.get(minted)

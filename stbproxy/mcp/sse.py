@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from stbproxy import jsonsafe
 from stbproxy.mcp.jsonrpc import ANSWER_HEAD, with_id
@@ -23,8 +23,8 @@ class Event:
     id: str | None = None
 
 
-def is_event_stream(content_type: str | None) -> bool:
-    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == EVENT_STREAM
+def is_event_stream(content_type: str | None) -> TypeGuard[str]:
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == EVENT_STREAM
 
 
 def events(body: bytes) -> list[Event]:
@@ -111,19 +111,19 @@ def with_request_ids(body: bytes, new_id: Any, progress_token: Any) -> bytes:
     out = bytearray()
     for block, separator in _blocks_with_separators(body):
         if b'"notifications/progress"' in block or b'"notifications/cancelled"' in block:
-            block = _notification_for(block, new_id, progress_token)
-            if block is None:
+            rewritten = _notification_for(block, new_id, progress_token)
+            if rewritten is None:
                 continue
         else:
-            block = _rewritten(block, new_id)
-        out += block + separator
+            rewritten = _rewritten(block, new_id)
+        out += rewritten + separator
     return bytes(out)
 
 
 def _notification_for(block: bytes, new_id: Any, progress_token: Any) -> bytes | None:
     message = message_of(block)
     params = message.get("params") if message else None
-    if not isinstance(params, dict):
+    if not message or not isinstance(params, dict):
         return block
     if message.get("method") == "notifications/progress":
         if progress_token is None:

@@ -124,12 +124,12 @@ class StdioServer:
             log.info("started the stdio MCP server %s (pid %d)", self._shown(), self._process.pid)
             self._reader = asyncio.ensure_future(self._read())
             if method != "initialize" and self.initialize is not None:
-                await self._initialized()
+                await self._initialized(self.initialize)
 
-    async def _initialized(self) -> None:
+    async def _initialized(self, initialize: bytes) -> None:
         """Initialize a child the store spoke for so far, as the client once did."""
         try:
-            document = json.loads(self.initialize)
+            document = json.loads(initialize)
             document["id"] = INIT_ID
         except (ValueError, TypeError):
             return

@@ -67,8 +67,10 @@ def answer_object(response: Response) -> dict | None:
 
 def tool_doc(server_name: str, tool: Mapping[str, Any]) -> ApiDoc:
     """A tool in the doc fields every simulator reads (its schemas kept whole beside them)."""
-    schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    given = tool.get("inputSchema")
+    schema: dict[str, Any] = given if isinstance(given, dict) else {}
+    listed = schema.get("properties")
+    properties: dict[str, Any] = listed if isinstance(listed, dict) else {}
     required = set(schema.get("required") or ())
 
     def param(name: str, spec: Any) -> Param:

@@ -145,15 +145,15 @@ class Mcp(BaseKind):
         key = protocol.key(facts["server"], message.method, message.params, era, auth)
         name = protocol.named(message.method, message.params)
         arguments = message.params.get("arguments") if isinstance(message.params, dict) else None
-        is_tool = message.method == "tools/call" and name is not None
-        if is_tool:  # named in session records, for counts by server and tool
-            facts = {**facts, "tool": name, "where": protocol.server_label(facts["server"])}
+        tool = name if message.method == "tools/call" else None
+        if tool is not None:  # named in session records, for counts by server and tool
+            facts = {**facts, "tool": tool, "where": protocol.server_label(facts["server"])}
         facts = {**facts, "progress": _progress_token(message.params),
                  "near": (protocol.key_prefix(facts["server"], message.method, name),
                           protocol.key_prefix(facts["server"], message.method))}
-        api = ApiRef(facts["server"], name, name) if is_tool else None
+        api = ApiRef(facts["server"], tool, tool) if tool is not None else None
         return Call(key, request, request, api, arguments if isinstance(arguments, dict) else {}, request.host,
-                    kind=self.name, faultable=is_tool, private=bool(auth), facts=facts, live=True)
+                    kind=self.name, faultable=tool is not None, private=bool(auth), facts=facts, live=True)
 
     def _broken(self, request: Request, message: Message) -> Call:
         """A message of an MCP session that is no JSON-RPC message MCP takes: a batch (2025-03-26
@@ -221,8 +221,9 @@ class Mcp(BaseKind):
         if source is Source.CACHE and meta.get("asked") and call.facts.get("id") is not None:
             # the server asked the client something: played in place, the client's answers awaited
             channel = call.facts.get(LIVE)  # virtual mode: a client that answers otherwise gets the server's
-            resend = (lambda: channel.passed_on(lambda: self.sessions.send(call.upstream, channel.send))
-                      ) if channel is not None and call.upstream is not None else None
+            upstream = call.upstream
+            resend = (lambda: channel.passed_on(lambda: self.sessions.send(upstream, channel.send))
+                      ) if channel is not None and upstream is not None else None
             return replayed(served, meta["asked"], self.questions, call.facts["server"], _session_of(call),
                             call.facts["id"], resend)
         return served
@@ -314,12 +315,12 @@ class Mcp(BaseKind):
         if not call.keep and self._unopened(call):
             raise UpstreamError("the session the store opened has no session at the server yet", failure=UpstreamFailure.DEFERRED)
         if call.streams:
-            return await self.sessions.send_in_open_session(call.upstream, send)
+            return await self.sessions.send_in_open_session(_upstream_of(call), send)
         channel = call.facts.get(LIVE)
-        return await self.sessions.send(call.upstream, channel.send if channel is not None else send)
+        return await self.sessions.send(_upstream_of(call), channel.send if channel is not None else send)
 
     def live(self, call: Call, send, open_stream) -> LiveAnswer:
-        return LiveAnswer(call.upstream.body, call.facts.get("id"), send, open_stream,
+        return LiveAnswer(_upstream_of(call).body, call.facts.get("id"), send, open_stream,
                           lambda head: self.served(call, head, Source.UPSTREAM, {}))
 
     # -- simulating --------------------------------------------------------------------
@@ -387,6 +388,13 @@ class Mcp(BaseKind):
 
     def _error(self, call: Call, code: int, text: str) -> Response:
         return Response(200, JSON, jsonrpc.error_body(call.facts.get("id"), code, text))
+
+
+def _upstream_of(call: Call) -> Request:
+    """What to send the server: a call the engine sends on always has it."""
+    if call.upstream is None:
+        raise UpstreamError(call.no_upstream or "no real API is known for this call")
+    return call.upstream
 
 
 def _session_of(call: Call) -> str:

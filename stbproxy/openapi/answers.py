@@ -98,7 +98,7 @@ def text_answer(op: Operation, status: int, headers, media_type: str, media: Med
     media type's own shape (an HTML page, an XML document)."""
     content_type = "text/plain" if media_type in ("text/*", "*/*") else media_type
     from_model = made.meta.get("simulator") != "schema"
-    text = _model_text(made, media, op) if from_model else None
+    text: str | bytes | None = _model_text(made, media, op) if from_model else None
     meta = dict(made.meta) if text is not None else {**made.meta, "simulator": "schema"}
     if text is None:
         text = _documented_text(op, media, key, content_type)

@@ -18,7 +18,8 @@ def operation_doc(op: Operation, spec: Spec | None) -> ApiDoc:
     required = [p.name for p in op.parameters if p.required]
     body = _json_body_schema(op)
     if body is not None:
-        members = body.get("properties") if isinstance(body.get("properties"), dict) else {}
+        listed = body.get("properties")
+        members: dict[Any, Any] = listed if isinstance(listed, dict) else {}
         needed = set(body.get("required") or ()) if op.body_required else set()
         for name, schema in members.items():
             params.append(Param(name, _type(schema), _text(schema.get("description") if isinstance(schema, dict)

@@ -11,7 +11,7 @@ place: it costs that one constraint, not the document. Pure."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from stbproxy import json_schema
 from stbproxy.errors import InputError
@@ -180,7 +180,7 @@ def _unescape(part: str) -> str:
     return part.replace("~1", "/").replace("~0", "~")
 
 
-def closed(schema: Any, defs: dict[str, Any] | None) -> Any:
+def closed(schema: Any, defs: Mapping[str, Any] | None) -> Any:
     """``schema`` with the shared schemas it reaches, and only those, under its ``$defs``: one
     document that stands alone (for a prompt, or a tool that reads one schema)."""
     if not defs or not isinstance(schema, dict):

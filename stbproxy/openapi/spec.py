@@ -120,7 +120,7 @@ class _Reader:
     # -- the document ------------------------------------------------------------------
 
     def read(self, name: str | None) -> Spec:
-        info = self.doc.get("info") if isinstance(self.doc.get("info"), dict) else {}
+        info = _object(self.doc.get("info"))
         title = str(info.get("title") or Path(self.source).stem or "api")
         paths = self.doc.get("paths", {})
         if not isinstance(paths, dict):
@@ -293,8 +293,7 @@ class _Reader:
         return tuple(alternatives)
 
     def scheme_table(self) -> dict[str, tuple[str, str, str, str]]:
-        components = self.doc.get("components") if isinstance(self.doc.get("components"), dict) else {}
-        schemes = components.get("securitySchemes") if isinstance(components.get("securitySchemes"), dict) else {}
+        schemes = _object(_object(self.doc.get("components")).get("securitySchemes"))
         table = {}
         for name, scheme in schemes.items():
             scheme, _ = self.deref(scheme, f"/components/securitySchemes/{_escape(name)}")
@@ -323,14 +322,18 @@ class _Reader:
 
     def secrets(self) -> dict[str, tuple[str, ...]]:
         """The names that carry credentials (apiKey security schemes), by place."""
-        components = self.doc.get("components") if isinstance(self.doc.get("components"), dict) else {}
-        schemes = components.get("securitySchemes") if isinstance(components.get("securitySchemes"), dict) else {}
+        schemes = _object(_object(self.doc.get("components")).get("securitySchemes"))
         found: dict[str, set[str]] = {}
         for scheme_name, scheme in schemes.items():
             scheme, _ = self.deref(scheme, f"/components/securitySchemes/{_escape(scheme_name)}")
             if isinstance(scheme, dict) and scheme.get("type") == "apiKey" and isinstance(scheme.get("name"), str):
                 found.setdefault(str(scheme.get("in")), set()).add(scheme["name"])
         return {place: tuple(sorted(names)) for place, names in sorted(found.items()) if place in PLACES}
+
+
+def _object(value: Any) -> dict[Any, Any]:
+    """A member that must be an object, as one: an empty one when it is anything else."""
+    return value if isinstance(value, dict) else {}
 
 
 def _examples(node: Mapping, reader: _Reader, where: str) -> tuple[Any, ...]:

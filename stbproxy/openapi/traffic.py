@@ -89,7 +89,9 @@ class OpenApi(BaseKind):
 
     def describe(self, call: Call):
         op = self._operation(call)
-        return operation_doc(op, self.catalog.specs.get(op.spec)) if op is not None else None
+        if op is None or self.catalog is None:  # (an operation is only found in a catalog)
+            return None
+        return operation_doc(op, self.catalog.specs.get(op.spec))
 
     async def simulate(self, call: Call, simulator, reason: str) -> Simulation:
         if call.facts.get("unmatched"):

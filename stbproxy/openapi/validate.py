@@ -192,7 +192,8 @@ def _form_problem(body: bytes, schema: dict, defs) -> Broken | None:
         sent = {k.split("[", 1)[0] for k, _ in parse_qsl(body.decode("utf-8"), keep_blank_values=True)}
     except UnicodeDecodeError:
         return None
-    properties = target.get("properties") if isinstance(target.get("properties"), dict) else {}
+    listed = target.get("properties")
+    properties: dict[Any, Any] = listed if isinstance(listed, dict) else {}
     for name in required:
         if name not in sent and not (isinstance(properties.get(name), dict) and properties[name].get("readOnly")):
             return Broken("request", f"body: {name!r} is a required property")

@@ -95,7 +95,7 @@ class FaultRule:
 
     def __str__(self) -> str:
         """The rule in canonical spec form; parsing it gives back an equal rule."""
-        value = {
+        value: float | Latency | str | None = {
             Fault.DOWN: self.fraction,
             Fault.STATUS: self.status,
             Fault.LATENCY: self.latency,

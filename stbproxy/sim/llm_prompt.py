@@ -165,7 +165,8 @@ def reply_text(completion: Any, meta: dict[str, Any]) -> str | None:
     """The assistant text of a chat completion (parsed JSON); its model and tokens go to meta."""
     if not isinstance(completion, dict):
         raise BadReply(f"the backend answered {type(completion).__name__}, not a chat completion")
-    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+    counted = completion.get("usage")
+    usage: dict[str, Any] = counted if isinstance(counted, dict) else {}
     meta["model"] = completion.get("model") or meta["model"]
     for name in ("prompt_tokens", "completion_tokens"):
         meta[name] += usage.get(name) if isinstance(usage.get(name), int) else 0

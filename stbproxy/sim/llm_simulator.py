@@ -19,7 +19,8 @@ import importlib.util
 import logging
 import os
 import sys
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from stbproxy.errors import ConfigError
 from stbproxy.keys import DEFAULT_RULES, KeyRules
@@ -36,12 +37,14 @@ from stbproxy.synthesis.simulation import Simulation, SimulationRequest
 log = logging.getLogger("stbproxy")
 
 
-def _lazy_import(name: str):
+def _lazy_import(name: str) -> ModuleType:
     """The module, loaded on first attribute use: openai takes ~0.5 s to import, which
     every `serve` would pay even when no LLM simulator is configured."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
     loader = importlib.util.LazyLoader(spec.loader)
     spec.loader = loader
     module = importlib.util.module_from_spec(spec)
@@ -50,7 +53,10 @@ def _lazy_import(name: str):
     return module
 
 
-openai = _lazy_import("openai")
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = _lazy_import("openai")
 
 MAX_ATTEMPTS = 3  # bad replies; transport errors are retried by the openai client itself
 CONNECTIONS_PER_CLIENT = 8  # LLM calls per HTTP client (see LlmSimulator.__init__)

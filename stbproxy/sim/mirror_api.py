@@ -32,6 +32,7 @@ from stbcore.toolbench_names import category_key, server_names, standardize
 from stbproxy.models import Request, Response
 from stbproxy.sim.call_facts import CallFacts
 from stbproxy.sim.llm_prompt import MAX_REPLY_CHARS, BadReply
+from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.bodies import answer_parts, api_body_response
 from stbproxy.synthesis.templates import truncated_json
 
@@ -55,7 +56,7 @@ def api_doc(facts: CallFacts) -> dict[str, Any]:
         return {"api_name": f"{facts.request.method} {parts.path or '/'}", "api_description": "",
                 "required_parameters": [], "optional_parameters": [], "tool_description": "",
                 "tool_name": parts.hostname or "", "tool_category": ""}
-    tool, category = _tool_and_category(facts)
+    tool, category = _tool_and_category(facts, doc)
     return {
         "api_name": doc.api,
         "api_description": doc.api_description,
@@ -67,14 +68,14 @@ def api_doc(facts: CallFacts) -> dict[str, Any]:
     }
 
 
-def _tool_and_category(facts: CallFacts) -> tuple[str, str]:
+def _tool_and_category(facts: CallFacts, doc: ApiDoc) -> tuple[str, str]:
     """The tool as the server names it (what the /virtual client sent, cut at its first "_for_")
     and the category's key. Without that body, the doc's standardized names: what
     StableToolBench's pipeline sends."""
     sent = sent_names(facts)
     if sent is not None:
         return sent["tool_name"].split("_for_")[0], category_key(sent["category"])
-    return facts.doc.ref.tool.split("_for_")[0], facts.doc.ref.category
+    return doc.ref.tool.split("_for_")[0], doc.ref.category
 
 
 def sent_names(facts: CallFacts) -> Mapping[str, str] | None:

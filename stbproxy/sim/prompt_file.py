@@ -62,8 +62,9 @@ def stb_system_prompt(checkout: Path, style: str) -> str:
     except SyntaxError as exc:
         raise ConfigError(f"cannot read {source}: {exc}") from exc
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+        if not isinstance(node, ast.Assign):
+            continue
+        if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 return node.value.value
             raise ConfigError(f"{source}: {name} is not a plain string")
@@ -82,7 +83,7 @@ class PromptTemplate:
 
     @classmethod
     def parse(cls, text: str, source: str = "the prompt template") -> PromptTemplate:
-        sections = {"system": None, "user": None}
+        sections: dict[str, str | None] = {"system": None, "user": None}
         marks = list(_SECTION.finditer(text))
         if not marks:
             sections["user"] = text.strip("\n")

@@ -46,17 +46,23 @@ def build_simulator(config: SimulatorConfig, catalog: Catalog | None, store, *,
 
 def dialect_for(name: str, config: SimulatorConfig) -> dialects.Dialect:
     """How the ``llm`` or ``mirrorapi`` simulator speaks to its model, with the user's prompts."""
-    if name == "mirrorapi" and config.system_prompt is None and (
-            config.template is None or config.template.system is None):
-        raise ConfigError("the mirrorapi simulator needs the system prompt its model was trained on: give "
-                          "--stb-dir DIR (your StableToolBench checkout; --stb-prompt plain|cot chooses the "
-                          "prompt) or --sim-system-prompt FILE", setting="simulator")
     rules = (config.mirrorapi_parse, config.mirrorapi_unknown)
-    if config.template is not None:
-        return dialects.templated(name, config.template, config.system_prompt, *rules)
+    system, template = config.system_prompt, config.template
+    if template is not None:
+        if name == "mirrorapi" and system is None and template.system is None:
+            raise _no_trained_prompt()
+        return dialects.templated(name, template, system, *rules)
     if name == "mirrorapi":
-        return dialects.mirrorapi(config.system_prompt, *rules)
-    return dialects.llm(config.system_prompt)
+        if system is None:
+            raise _no_trained_prompt()
+        return dialects.mirrorapi(system, *rules)
+    return dialects.llm(system)
+
+
+def _no_trained_prompt() -> ConfigError:
+    return ConfigError("the mirrorapi simulator needs the system prompt its model was trained on: give "
+                       "--stb-dir DIR (your StableToolBench checkout; --stb-prompt plain|cot chooses the "
+                       "prompt) or --sim-system-prompt FILE", setting="simulator")
 
 
 class SchemaSimulator:

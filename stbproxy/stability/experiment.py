@@ -102,9 +102,10 @@ def calls_of(queries: list[dict]) -> list[ToolCall]:
         for index, api in enumerate(query.get("api_list") or []):
             names = [api.get(key) if isinstance(api, dict) else None
                      for key in ("category_name", "tool_name", "api_name")]
-            if not all(isinstance(name, str) and name for name in names):
+            given = [name for name in names if isinstance(name, str) and name]
+            if len(given) != len(names):
                 raise InputError(f"query [{number}] api_list[{index}] needs category_name, tool_name and api_name")
-            category, tool, api_name = names
+            category, tool, api_name = given
             calls.append(ToolCall(category, standardize(tool), api_key_name(api_name),
                                   json.dumps(example_args(api), ensure_ascii=False), tool_key(tool, category)))
     return calls

@@ -27,7 +27,8 @@ def _number(name: str, description: str, default: str = "") -> dict[str, str]:
 
 
 # (api name, description, required, optional, template response): the same three per tool.
-APIS = (
+Api = tuple[str, str, list[dict[str, str]], list[dict[str, str]], dict[str, Any]]
+APIS: tuple[Api, ...] = (
     ("search", "Find entries that match a text.",
      [_string("query", "What to look for", "lisbon")], [_number("limit", "How many results", "5")],
      {"results": [{"name": "str", "summary": "str", "score": "float", "_list_length": 3}], "total": "int"}),
@@ -44,7 +45,7 @@ def tool_name(category: str, brand: str) -> str:
     return f"{brand} {category}"
 
 
-def api_entry(category: str, tool: str, api: tuple) -> dict[str, Any]:
+def api_entry(category: str, tool: str, api: Api) -> dict[str, Any]:
     """One ``api_list`` entry, as StableToolBench's query files write them."""
     name, description, required, optional, template = api
     return {"category_name": category, "tool_name": tool, "api_name": name, "api_description": description,

@@ -8,11 +8,22 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, TypedDict
 
 from stbproxy.errors import InputError
 from stbproxy.models import ApiRef
-from stbproxy.stb.api_doc import ApiDoc, param_fields, url_parts
+from stbproxy.stb.api_doc import ApiDoc, Param, param_fields, url_parts
+
+
+class _Parameters(TypedDict):
+    required_parameters: tuple[Param, ...]
+    optional_parameters: tuple[Param, ...]
+
+
+def _parameters(entry: Mapping[str, Any]) -> _Parameters:
+    """An entry's two parameter lists, as the ApiDoc fields they fill."""
+    lists = param_fields(entry)
+    return {"required_parameters": lists["required_parameters"], "optional_parameters": lists["optional_parameters"]}
 
 
 class Catalog(Protocol):
@@ -84,7 +95,7 @@ def _load_tool_doc(catalog: Catalog, file: Path, category: str, data: Any, repor
                 method=_text(entry, "method"),
                 tool_description=str(data.get("tool_description") or ""),
                 api_description=str(entry.get("description") or ""),
-                **param_fields(entry),
+                **_parameters(entry),
             )
         except InputError as e:
             report.skip(file, f"{where}: {e}")
@@ -131,7 +142,7 @@ def load_query_file(catalog: Catalog, path: str | os.PathLike[str]) -> LoadRepor
                     method=str(entry.get("method") or ""),
                     api_description=str(entry.get("api_description") or ""),
                     template_response=entry.get("template_response"),
-                    **param_fields(entry),
+                    **_parameters(entry),
                 )
             except InputError as e:
                 report.skip(file, f"query [{qi}] api_list[{ai}]: {e}")

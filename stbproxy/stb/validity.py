@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Literal, Mapping, NamedTuple
+from typing import Any, Literal, Mapping
 
 import ahocorasick_rs
 
@@ -230,7 +230,8 @@ NOT_AVAILABLE_KINDS: tuple[FailureKind, ...] = (
     FailureKind.PARSING_ERROR, FailureKind.OTHER)
 
 
-class TaxonomyRow(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class TaxonomyRow:
     kind: str
     count: int
     share: float

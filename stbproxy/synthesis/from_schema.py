@@ -15,7 +15,7 @@ branches of a ``oneOf``.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from stbproxy import json_schema
 from stbproxy.synthesis.templates import ValueGenerator
@@ -42,7 +42,7 @@ _FORMATS = {
 _SKIPPED = {"answer": "writeOnly", "request": "readOnly"}
 
 
-def value_for(schema: Any, seed_key: str | bytes, defs: Mapping[str, Any] | None = None,
+def value_for(schema: Any, seed_key: str, defs: Mapping[str, Any] | None = None,
               direction: str = "answer", attempt: int = 0) -> Any:
     """A value for ``schema``, drawn with ``seed_key``; ``defs``: the shared schemas its
     ``#/$defs/NAME`` references name; ``direction``: "answer" or "request"."""
@@ -51,7 +51,7 @@ def value_for(schema: Any, seed_key: str | bytes, defs: Mapping[str, Any] | None
 
 
 class _Maker:
-    def __init__(self, root: Any, seed_key: str | bytes, direction: str = "answer", attempt: int = 0) -> None:
+    def __init__(self, root: Any, seed_key: str, direction: str = "answer", attempt: int = 0) -> None:
         self.root = root
         self.gen = ValueGenerator(f"{seed_key}#{attempt}" if attempt else seed_key)
         self.skipped = _SKIPPED.get(direction, "")
@@ -143,8 +143,9 @@ class _Maker:
         return schema
 
     def _object(self, schema: dict, depth: int) -> dict:
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        listed, needed = schema.get("properties"), schema.get("required")
+        properties: dict[Any, Any] = listed if isinstance(listed, dict) else {}
+        required: list[Any] = needed if isinstance(needed, list) else []
         if self.skipped:  # writeOnly members are never in an answer, readOnly ones never in a request
             hidden = {n for n, sub in properties.items()
                       if isinstance(sub, dict) and self._resolved(sub).get(self.skipped) is True}
@@ -159,7 +160,8 @@ class _Maker:
         return made
 
     def _array(self, schema: dict, name: str, depth: int) -> list:
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        leading = schema.get("prefixItems")
+        prefix: list[Any] = leading if isinstance(leading, list) else []
         items = schema.get("items", {})
         low = _int(schema.get("minItems"), 0)
         high = _int(schema.get("maxItems"), max(low, DEFAULT_ITEMS))
@@ -208,8 +210,9 @@ class _Maker:
 
 
 _NONE = object()  # no documented value
-_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list,
-               "object": dict, "null": type(None)}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict,
+    "null": type(None)}
 
 
 def _fits_type(value: Any, kind: Any) -> bool:
@@ -277,7 +280,10 @@ def _pointer(root: Any, ref: str) -> Any:
     return node
 
 
-def _int(value: Any, fallback: int | None) -> int | None:
+_Fallback = TypeVar("_Fallback", int, None)
+
+
+def _int(value: Any, fallback: _Fallback) -> int | _Fallback:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else fallback
 
 
@@ -285,7 +291,7 @@ def _int(value: Any, fallback: int | None) -> int | None:
 
 _PROPERTY = re.compile(r"\\[pP]\{[^}]*\}")  # \p{L} and the like: read as a letter to draw from
 _PARSER = getattr(re, "_parser", None)
-_CONSTANTS = getattr(re, "_constants", None)
+_CONSTANTS: Any = getattr(re, "_constants", None)  # re's private sre module: no stubs describe it
 _CHOICES = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_ .:/@"
 
 

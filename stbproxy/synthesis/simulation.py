@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from stbproxy.forensics.naming import shared_key
 from stbproxy.models import ApiRef, Request, Response
+from stbproxy.stb.api_doc import ApiDoc
 from stbproxy.stb.bodies import error_object_response
 
+
+class _Undescribed(enum.Enum):
+    """The one value saying that the engine gave no description of the call's API."""
+
+    NOT_DESCRIBED = "not described"
+
+
 # ``SimulationRequest.doc`` when the engine gives none: the simulator looks the API up itself.
-NOT_DESCRIBED = object()
+NOT_DESCRIBED = _Undescribed.NOT_DESCRIBED
 
 
 @dataclass(frozen=True)
@@ -19,7 +28,8 @@ class SimulationRequest:
     key: str
     api: ApiRef | None
     reason: str  # why the real API could not answer
-    doc: object = NOT_DESCRIBED  # the API as the call's kind of traffic describes it (an ApiDoc, or None)
+    # The API as the call's kind of traffic describes it (an ApiDoc, or None: it knows nothing of it).
+    doc: ApiDoc | None | _Undescribed = NOT_DESCRIBED
     args: Mapping[str, Any] | None = None  # the call's arguments as its kind read them; None: from the request
     # A /virtual call's category, tool_name and api_name as its client wrote them (the request
     # is the stored form of the call, which names the API by its keys).
