@@ -51,3 +51,45 @@ def exclusive(lock_file: Path) -> Iterator[None]:
         yield
     finally:
         os.close(handle)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def transient_file(data: bytes) -> Iterator[str]:
+    """A path whose file holds ``data`` for the block only, readable by its owner alone:
+    for an API that reads secrets from a path and nowhere else (``ssl.SSLContext.
+    load_cert_chain`` takes no bytes). Where the system has anonymous memory files (Linux's
+    memfd, reached through /proc) the bytes never reach a disk; elsewhere the file is 0600,
+    in a 0700 folder of its own, and both are removed when the block ends, however it ends."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        handle = memfd_create("stbproxy-transient", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            path = f"/proc/self/fd/{handle}"
+            if os.path.exists(path):
+                os.fchmod(handle, 0o600)
+                _write_all(handle, data)
+                yield path
+                return
+        finally:
+            os.close(handle)
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="stbproxy-")  # 0700
+    path = os.path.join(folder, "transient")
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(handle, data)
+        finally:
+            os.close(handle)
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        os.rmdir(folder)
+
+
+def _write_all(handle: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(handle, view):]

@@ -27,6 +27,7 @@ from mitmproxy import flow as mitm_flow
 from mitmproxy.proxy.layers.http import HttpErrorHook, HttpRequestHeadersHook, HttpRequestHook, HttpResponseHook
 from mitmproxy.utils import human
 
+from stbproxy.mitm.client_tls import ClientTls
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import make_error_response
 from stbproxy.mitm.plain_http import (
@@ -61,6 +62,7 @@ class FastLane:
         self.options = options
         self.mode = mode  # the listening instance's proxy mode (regular)
         self.hand_over = hand_over
+        self.client_tls = ClientTls(addons, options)  # a tunnel's TLS on Python's ssl, where it can be
         # the lean master's addon manager fires a flow's hooks without making their events
         fire_flow = getattr(addons, "fire_flow", None)
         self.fire = fire_flow if fire_flow is not None else self._fire

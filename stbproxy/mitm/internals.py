@@ -36,11 +36,16 @@ the HTTP/2 server layer (h2_guard.py: rapid reset and its kin):
                                              resets spent from a budget (and never lost), GOAWAY
   layers.http.HttpLayer.streams, HttpStream.flow
                                              the flows of a connection's streams
+the tunnel lane's own TLS (client_tls.py):
+  addons.tlsconfig._DEFAULT_CIPHERS, TlsConfig.get_cert
+                                             the cipher list and the certificate tlsconfig
+                                             gives a client
 
 When a lean-master or fast-lane name is missing (another mitmproxy version), ``serve``
 runs as with ``--no-fast-lane`` on mitmproxy's own master, with one warning; a missing
 listening name stops it with one line; a missing HTTP/1 or HTTP/2 server name leaves
-mitmproxy's own reading of requests in place, with one warning.
+mitmproxy's own reading of requests in place, with one warning; a missing own-TLS name
+leaves every tunnel's TLS to pyOpenSSL, with one warning.
 """
 
 from __future__ import annotations
@@ -135,7 +140,11 @@ HTTP2_SERVER = (
     Internal("mitmproxy.proxy.layers.http", "HttpStream", "flow", per_instance=True,
              set_in="state_wait_for_request_headers"),
 )
-EVERY = LEAN_MASTER + FAST_LANE + LISTENING + HTTP1_SERVER + HTTP2_SERVER
+OWN_TLS = (
+    Internal("mitmproxy.addons.tlsconfig", None, "_DEFAULT_CIPHERS"),
+    Internal("mitmproxy.addons.tlsconfig", "TlsConfig", "get_cert"),
+)
+EVERY = LEAN_MASTER + FAST_LANE + LISTENING + HTTP1_SERVER + HTTP2_SERVER + OWN_TLS
 
 
 def changed(internals: tuple[Internal, ...] = EVERY) -> list[Internal]:
@@ -146,6 +155,14 @@ def changed(internals: tuple[Internal, ...] = EVERY) -> list[Internal]:
 def changed_message(missing: list[Internal], consequence: str) -> str:
     names = ", ".join(str(internal) for internal in missing)
     return f"mitmproxy {VERSION} changed {names}: stbproxy's fast lane is tested with mitmproxy {TESTED}; {consequence}"
+
+
+def default_client_ciphers() -> tuple[str, ...]:
+    """The cipher list mitmproxy's tlsconfig gives client connections at its default
+    minimum TLS version (1.2)."""
+    from mitmproxy.addons import tlsconfig
+
+    return tuple(tlsconfig._DEFAULT_CIPHERS)
 
 
 def make_error_response(*args: Any, **kwargs: Any):

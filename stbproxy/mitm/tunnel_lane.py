@@ -3,14 +3,18 @@
 A tunnel carries TLS, and TLS is where mitmproxy keeps its policy: which certificate for
 which name, which ALPN protocol, which TLS versions and ciphers, and the handshake-failure
 messages that tell a user that a client does not trust the proxy's CA. So the lane does not
-terminate TLS itself. It builds the layers mitmproxy stacks after a CONNECT (a NextLayer,
+run the handshake itself. It builds the layers mitmproxy stacks after a CONNECT (a NextLayer,
 which the next_layer addon turns into server-side and client-side TLS layers) and runs them
 the way mitmproxy's connection handler does: events in, commands out, hooks through the
 master's addon manager. Only where mitmproxy would put its HTTP layer for an HTTP/1 client
-does the lane stand in (``internals.StandIn``): from then on it decrypts with the TLS layer's own
-OpenSSL connection and answers plain requests as it answers them on plain connections. The
+does the lane stand in (``internals.StandIn``): from then on it decrypts with the TLS layer's
+own connection and answers plain requests as it answers them on plain connections. The
 first request of any other kind goes to the HTTP layer mitmproxy chose, which serves the
 rest of the connection through the same TLS layers.
+
+That connection is, for a client the lane will serve, Python's ssl rather than pyOpenSSL:
+the lane puts it in the ``tls_start_client`` hook, made as mitmproxy's tlsconfig would make
+its own (client_tls.py), so that each request costs a C call or two to decrypt and encrypt.
 
 What the lane does not do: open server connections (stbproxy's addon answers every request,
 so mitmproxy would not either; a layer that asks for one gets an error), and carry non-TLS
@@ -40,10 +44,11 @@ from mitmproxy.proxy.layers.http import (
     HTTPMode,
     HttpStream,
 )
-from mitmproxy.proxy.layers.tls import ClientTLSLayer
+from mitmproxy.proxy.layers.tls import ClientTLSLayer, TlsStartClientHook
 from mitmproxy.utils import human
 from OpenSSL import SSL
 
+from stbproxy.mitm.client_tls import records_of
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import StandIn
 from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, response_bytes
@@ -81,9 +86,6 @@ class _WithoutReply:
         return getattr(self._writer, name)
 
 
-TLS_READ = 65535  # bytes asked of the TLS connection's outgoing memory BIO at a time
-
-
 class _Encrypting:
     """What the lane's answer writes goes through the client's TLS connection."""
 
@@ -111,8 +113,10 @@ class Tunnel:
         self.writer = writer
         self.top: layer.Layer | None = None
         self.stand_in: StandIn | None = None
-        self.tls: SSL.Connection | None = None  # the client TLS layer's connection, once the lane stands in
+        self.records = None  # decrypts and encrypts with the client TLS layer's connection, once the lane stands in
+        self._encrypting = _Encrypting(self)
         self._client_tls: ClientTLSLayer | None = None
+        self._tls_started = False
         self.closed = False
         self._lock = asyncio.Lock()
         self._wakeups: set[asyncio.Task] = set()
@@ -202,37 +206,26 @@ class Tunnel:
     def decrypt(self, data: bytes) -> bool:
         """As the TLS layer receives data (which the lane reads itself while it stands in);
         False once the client has said it sends no more (close_notify)."""
-        self.tls.bio_write(data)
+        try:
+            more = self.records.decrypt(data, self.stand_in.buffer)
+        except SSL.Error as exc:
+            connection_log.warning(f"TLS Error: {exc}", extra={"client": self.client.peername})
+            more = True
         self._flush_tls()
-        while True:
-            try:
-                self.stand_in.buffer += self.tls.recv(65535)
-            except SSL.WantReadError:
-                return True
-            except SSL.ZeroReturnError:
-                return False
-            except SSL.Error as exc:
-                connection_log.warning(f"TLS Error: {exc}", extra={"client": self.client.peername})
-                return True
+        return more
 
     def send(self, data: bytes) -> None:
         """As the TLS layer sends data."""
         try:
-            self.tls.sendall(data)
+            self.records.encrypt(data)
         except (SSL.ZeroReturnError, SSL.SysCallError):
             pass  # the client is going; what it still sends is dropped, as mitmproxy does
         self._flush_tls()
 
     def _flush_tls(self) -> None:
-        while True:
-            try:
-                out = self.tls.bio_read(TLS_READ)
-            except SSL.WantReadError:
-                return
-            if not self.writer.is_closing():
-                self.writer.write(out)
-            if len(out) < TLS_READ:
-                return  # the memory BIO gave all it held: asking again would only raise WantReadError
+        out = self.records.outgoing()
+        if out and not self.writer.is_closing():
+            self.writer.write(out)
 
     async def answer_plain(self) -> None:
         """Answer the complete plain requests received; the first of another kind delegates."""
@@ -258,7 +251,7 @@ class Tunnel:
             del buffer[:end + size]
             self.watched.head_done()
             self.watched.body_done()
-            keep_open = await lane.answer(request, body, self.client, server, _Encrypting(self), self.reader.read)
+            keep_open = await lane.answer(request, body, self.client, server, self._encrypting, self.reader.read)
             self.watched.answered(time.monotonic())
             if not keep_open or request_closes:
                 self.closed = True
@@ -353,6 +346,9 @@ class Tunnel:
             await self.feed(events.Wakeup(command))
 
     async def _hook(self, hook: commands.StartHook) -> None:
+        if isinstance(hook, TlsStartClientHook) and not self._tls_started and hook.data.conn is self.client:
+            self._tls_started = True  # the tunnel's own TLS (not one a client might nest inside it)
+            self.lane.client_tls.start(hook.data)
         await self.lane.addons.handle_lifecycle(hook)
         data, = hook.args()
         if isinstance(data, mitm_flow.Flow):
@@ -369,6 +365,6 @@ class Tunnel:
             client_tls = [item for item in next_layer.context.layers if isinstance(item, ClientTLSLayer)]
             if len(client_tls) == 1 and client_tls[0].tls is not None:
                 self._client_tls = client_tls[0]
-                self.tls = client_tls[0].tls
+                self.records = records_of(client_tls[0].tls)
                 self.stand_in = next_layer.layer = StandIn(chosen)
 
