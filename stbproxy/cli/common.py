@@ -4,6 +4,7 @@ environment variables of options, and the one error style (``stbproxy: error: ..
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -13,6 +14,8 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import TracebackType
+from typing import Literal, NoReturn
 
 import click
 
@@ -91,10 +94,19 @@ class CommandError(click.ClickException):
         click.echo(f"stbproxy: error: {self.format_message()}", err=True)
 
 
-def fail(message: str, exit_code: int = 2):
-    error = CommandError(message)
-    error.exit_code = exit_code
-    raise error
+def fail(message: str, exit_code: int = 2) -> NoReturn:
+    """End the command with ``message`` on one line and ``exit_code`` as its status."""
+    raise (CommandError if exit_code == CommandError.exit_code else _ending_with(exit_code))(message)
+
+
+@functools.cache
+def _ending_with(code: int) -> type[CommandError]:
+    """A CommandError with another exit status (click reads it from the class)."""
+
+    class EndingWith(CommandError):
+        exit_code = code
+
+    return EndingWith
 
 
 class OneLineErrors(click.Group):
@@ -119,7 +131,8 @@ class _OneLine:
     def __enter__(self):
         return self
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if exc is None or isinstance(exc, (CommandError, click.exceptions.Exit, SystemExit, KeyboardInterrupt)):
             return False
         if isinstance(exc, BrokenPipeError) and stdout_was_closed():
@@ -140,7 +153,6 @@ class _OneLine:
             fail(f"{exc.strerror or exc}{where}", 1)
         fail(f"internal error: {type(exc).__name__}: {exc} (set STBPROXY_TRACEBACK=1 to see where; "
              "please report it)", 1)
-        return False
 
 
 # What a shell reports for git or seq cut short by `| head`: killed by SIGPIPE (128 + 13).

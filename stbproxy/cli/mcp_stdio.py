@@ -15,11 +15,15 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from stbproxy.cli.common import fail, missing_roots, remove_new, store_option
 from stbproxy.cli.shared_tier import shared_option
+
+if TYPE_CHECKING:
+    from stbproxy.settings import Settings
 
 log = logging.getLogger("stbproxy")
 
@@ -76,7 +80,7 @@ def mcp_stdio(mode, store, session, simulator, sim_model, faults, fault_seed, va
     sys.exit(code)
 
 
-async def _serve(settings, argv: list[str], session: str, new_paths: list[Path] = ()) -> int:
+async def _serve(settings: Settings, argv: list[str], session: str, new_paths: list[tuple[Path, Path]]) -> int:
     from stbproxy.errors import StbError
     from stbproxy.mcp import jsonrpc
     from stbproxy.mcp.protocol import stdio_url

@@ -7,7 +7,9 @@ import ipaddress
 import logging
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -25,18 +27,20 @@ from stbproxy.cli.common import (
 from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
 from stbproxy.models import Mode
-from stbproxy.serve_options import SETTINGS, Setting, addon_options, flag_of
+from stbproxy.serve_options import SETTINGS, Cli, Setting, addon_options, flag_of
+
+FC = TypeVar("FC", bound=Callable[..., Any])  # a command's function, which options decorate
 
 
-def setting_options(first: str, last: str):
+def setting_options(first: str, last: str) -> Callable[[FC], FC]:
     """The command-line options of the settings from ``first`` to ``last``, in SETTINGS' order
     (serve_options.py: each declared there once)."""
     fields = [setting.field for setting in SETTINGS]
-    chosen = [s for s in SETTINGS[fields.index(first):fields.index(last) + 1] if s.cli is not None]
+    chosen = [(s, s.cli) for s in SETTINGS[fields.index(first):fields.index(last) + 1] if s.cli is not None]
 
-    def decorate(command):
-        for setting in reversed(chosen):
-            command = _click_option(setting)(command)
+    def decorate(command: FC) -> FC:
+        for setting, cli in reversed(chosen):
+            command = _click_option(setting, cli)(command)
         return command
 
     return decorate
@@ -47,9 +51,8 @@ def _param_of(setting: Setting) -> str:
     return setting.flag_name.split("/")[0].lstrip("-").replace("-", "_") if setting.cli else setting.field
 
 
-def _click_option(setting: Setting):
-    cli = setting.cli
-    kwargs: dict = {"default": cli.default, "help": setting.help}
+def _click_option(setting: Setting, cli: Cli) -> Callable[[FC], FC]:
+    kwargs: dict[str, Any] = {"default": cli.default, "help": setting.help}
     if cli.multiple:
         kwargs["multiple"] = True
     if cli.metavar:
@@ -57,24 +60,34 @@ def _click_option(setting: Setting):
     if cli.show_default is not None:
         kwargs["show_default"] = cli.show_default
     declarations = [setting.flag_name]
-    if cli.kind == "flag":
+    if cli.value_type == "flag":
         if cli.negative:
             declarations = [f"{setting.flag_name}/{cli.negative}"]
         else:
             kwargs["is_flag"] = True
             kwargs.pop("default")
-    elif cli.kind == "choice":
+    elif cli.value_type == "choice":
         kwargs["type"] = click.Choice(list(cli.choices))
-    elif cli.kind == "int":
-        kwargs["type"] = click.IntRange(cli.low, cli.high) if (cli.low, cli.high) != (None, None) else int
-    elif cli.kind == "float":
+    elif cli.value_type == "int":
+        kwargs["type"] = (click.IntRange(_whole(cli.low), _whole(cli.high)) if (cli.low, cli.high) != (None, None)
+                          else int)
+    elif cli.value_type == "float":
         kwargs["type"] = click.FloatRange(cli.low, cli.high, min_open=cli.low_open)
-    elif cli.kind == "bytes":
+    elif cli.value_type == "bytes":
         kwargs["type"] = ByteSize()
-    elif cli.kind in ("file", "folder"):
-        kwargs["type"] = click.Path(exists=cli.exists, file_okay=cli.kind == "file", dir_okay=cli.kind == "folder",
+    elif cli.value_type in ("file", "folder"):
+        kwargs["type"] = click.Path(exists=cli.exists, file_okay=cli.value_type == "file", dir_okay=cli.value_type == "folder",
                                     path_type=Path if cli.path_type else None)
     return click.option(*declarations, **kwargs)
+
+
+def _whole(bound: float | None) -> int | None:
+    """An int option's bound, declared as a number (Cli's bounds serve float options too)."""
+    if bound is None:
+        return None
+    if bound != int(bound):
+        raise ValueError(f"an int option's bound must be whole, not {bound}")
+    return int(bound)
 
 
 @click.command()

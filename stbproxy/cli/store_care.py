@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
@@ -153,9 +154,11 @@ def _print_taxonomy(counts, faults, errors, as_json: bool, imported=None) -> Non
         else:
             counts[FailureKind.NOT_CONNECTED.value] += n
     rows = taxonomy_table(counts)
-    injected = {"total": sum(faults.values()), "by_rule": dict(faults.most_common())}
-    tls = {"total": sum(configuration.values()), "by_host": dict(configuration.most_common())}
-    cached = {"total": sum((imported or {}).values()), "by_kind": dict(Counter(imported or {}).most_common())}
+    # each: its total and its counts by rule, host or kind (as --json gives them)
+    injected: dict[str, Any] = {"total": sum(faults.values()), "by_rule": dict(faults.most_common())}
+    tls: dict[str, Any] = {"total": sum(configuration.values()), "by_host": dict(configuration.most_common())}
+    cached: dict[str, Any] = {"total": sum((imported or {}).values()),
+                              "by_kind": dict(Counter(imported or {}).most_common())}
     if as_json:
         real = [{"kind": str(getattr(r.kind, "value", r.kind)), "count": r.count, "share": r.share} for r in rows]
         click.echo(json.dumps({"real": real, "tls_errors": tls, "injected": injected, "imported_failures": cached},
