@@ -1,4 +1,4 @@
-"""The calling rules, independent of mitmproxy and of /virtual.
+"""The calling rules, independent of mitmproxy and of the kinds of traffic.
 
 virtual (default): store hit -> answer; else upstream: a valid answer is stored and
     returned; an unreachable upstream or an invalid answer goes to the simulator.
@@ -173,11 +173,27 @@ class Engine:
 
     # entry points ---------------------------------------------------------------------
     async def handle(self, request: Request, session: str | None = None) -> Answer:
-        """A request from the HTTP proxy."""
-        if self.config.passthrough and self.is_passthrough(request.host):
-            call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
-            return await self._run(call, self.session_of(session), self._passthrough)
-        return await self.answer(self.http_call(request), session)
+        """A request from the front end (proxied, or to the proxy's own /virtual): passed
+        through to a passthrough host, answered by its kind when it asks for no call
+        (Call.own_reply), else its call answered by the calling rules."""
+        if self.config.passthrough and not request.to_proxy and self.is_passthrough(request.host):
+            return await self.pass_through(request, session)
+        call = self.http_call(request)
+        if call.own_reply is not None:  # nothing to store, ask or record
+            return Answer(call.own_reply.response, call.own_reply.source)
+        return await self.answer(call, session)
+
+    async def pass_through(self, request: Request, session: str | None) -> Answer:
+        """A request to a passthrough host: forwarded, never served from the store, logged."""
+        call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
+        return await self._run(call, self.session_of(session), self._passthrough)
+
+    def failure_reply(self, request: Request) -> Response | None:
+        """The answer a client reads when the proxy failed on its request, in its kind's
+        shape (a /virtual client's answer object); None: the front end's own error."""
+        if self.config.passthrough and not request.to_proxy and self.is_passthrough(request.host):
+            return None
+        return self.kinds.failure_reply(request)
 
     def http_call(self, request: Request) -> Call:
         """A proxied request as the call of its kind (memoized: equal requests make equal calls)."""
@@ -190,8 +206,8 @@ class Engine:
         return call
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
-        """The calling rules for one routed call (HTTP proxy and /virtual alike); ``session``:
-        the session string a request names (forensics/naming.py)."""
+        """The calling rules for one call, whatever its kind; ``session``: the session string a
+        request names (forensics/naming.py)."""
         ref = self.session_of(session)
         call = self.scoped(call, ref)
         if not call.keep:
@@ -241,7 +257,8 @@ class Engine:
                    note: Mapping | None = None) -> Answer:
         started = time.perf_counter()
         answer = await how(call)
-        served = self.kinds.of(call).served(call, answer.response, answer.source, answer.meta)
+        kind = self.kinds.of(call)
+        served = kind.served(call, answer.response, answer.source, answer.meta)
         if served is not answer.response:  # the kind shaped it for this request (an MCP id)
             answer = replace(answer, response=served)
         if isinstance(served, StreamedResponse):  # played to the client as it goes (an MCP server's question)
@@ -250,7 +267,11 @@ class Engine:
             answer = replace(answer, note={**note, **answer.note})
         if ref is not None:
             answer = self._record_session(ref.name, call, answer, time.perf_counter() - started)
-        return self._unstored(answer) if answer.write_failed else answer
+        if answer.write_failed:
+            answer = self._unstored(answer)
+        # in the shape its client reads (a /virtual answer object), once all is recorded
+        reply = kind.client_reply(call, answer.response, answer.source, answer.meta)
+        return answer if reply is answer.response else replace(answer, response=reply)
 
     def _played(self, call: Call, played: Played) -> Answer:
         """A recorded answer served again, as a hit on the entry (or copy) that holds it."""

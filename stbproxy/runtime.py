@@ -1,5 +1,5 @@
-"""Builds the running parts (store, catalog, upstream client, simulator, engine, /virtual)
-from Settings, and closes them."""
+"""Builds the running parts (store, catalog, upstream client, simulator, engine with its
+kinds of traffic, /virtual's included) from Settings, and closes them."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from stbproxy.openapi.catalog import OpenApiCatalog, load_for_store
 from stbproxy.sessions import default_session_name
 from stbproxy.settings import Settings
 from stbproxy.sim import simulators as simulator
-from stbproxy.sim.config import MODEL_KINDS
+from stbproxy.sim.config import MODEL_SIMULATORS
 from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_prompt
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.validity import replaced_answers
-from stbproxy.stb.virtual_api import VirtualApi
+from stbproxy.stb.virtual_calls import VirtualUpstream
 from stbproxy.store.embedded import ENTRY_PREFIXES, Store
 from stbproxy.store.shared_bulk import SharedBulk, check_at_start
 from stbproxy.store.shared_tier import SharedTier
@@ -86,7 +86,7 @@ def system_prompt_of(settings: Settings) -> str | None:
 def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
     optional = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
     config = simulator.SimulatorConfig(
-        kind=None if settings.simulator == "auto" else settings.simulator,
+        name=None if settings.simulator == "auto" else settings.simulator,
         model=settings.sim_model,
         temperature=settings.sim_temperature,
         seed=settings.sim_seed,
@@ -98,11 +98,16 @@ def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
         mirrorapi_unknown=settings.mirrorapi_unknown,
         **optional,
     )
-    kind = config.choose_kind()
+    name = config.chosen()
     # Named in the ready line: an OPENAI_API_KEY left in the environment switches "auto" to
     # the LLM, which a user should see before paying for it.
-    description = f"{kind} {config.model_name}" if kind in MODEL_KINDS else kind
+    description = f"{name} {config.model_name}" if name in MODEL_SIMULATORS else name
     return simulator.build_simulator(config, catalog, store, rules=settings.key_rules()), description
+
+
+def virtual_upstream(settings: Settings) -> VirtualUpstream:
+    """Where misses on the proxy's own /virtual go (stb/virtual_calls.py)."""
+    return VirtualUpstream(toolbench_url=settings.toolbench_url, rapidapi_key=settings.rapidapi_key)
 
 
 def check_fork_source(settings: Settings, store) -> None:
@@ -168,13 +173,12 @@ class Runtime:
             raise
         # Failed writes are counted beside a store the proxy writes to (a cassette takes none).
         self.write_failures = WriteFailures(None if settings.cassette else status_path(settings.store))
+        self.virtual = virtual_upstream(settings)
         self.engine = Engine(self.store, self.upstream, settings.engine_config(), simulator=self.simulator,
-                             kinds=proxy_kinds(self.catalog, stored_answers(self.store), self.openapi),
+                             kinds=proxy_kinds(self.catalog, stored_answers(self.store), self.openapi, self.virtual),
                              faults=settings.fault_plan(),
                              write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
-        self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
-                                  rapidapi_key=settings.rapidapi_key)
 
     def _open_reader(self, settings: Settings, link: LinkClient) -> None:
         self.catalog_file = settings.catalog_path()
@@ -191,13 +195,13 @@ class Runtime:
             raise
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
+        self.virtual = virtual_upstream(settings)
         self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store), self.openapi),
+                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store), self.openapi,
+                                                     self.virtual),
                                    faults=settings.fault_plan(),
                                    write_failures=self.write_failures)
         self.session = settings.session or default_session_name()
-        self.virtual = VirtualApi(self.engine, self.catalog, toolbench_url=settings.toolbench_url,
-                                  rapidapi_key=settings.rapidapi_key)
 
     def description(self) -> list[str]:
         """What the ready line says about this proxy: only what can act in its mode (the
@@ -216,7 +220,7 @@ class Runtime:
             # the answers a new user may not expect to lose: a real 404 becomes a made-up 200
             parts.append(f"replaces {replaced_answers(s.validity, s.keep_status)}")
         if s.mode is not Mode.REPLAY:
-            parts.append(f"real /virtual calls: {self.virtual.real_calls()}")
+            parts.append(f"real /virtual calls: {self.virtual.real_calls(self.catalog)}")
         for name, url in s.mcp_servers().items():
             parts.append(f"MCP /mcp/{name} -> {url}")
         if s.refresh_simulated:

@@ -3,7 +3,7 @@
 A session is named by the user part of the proxy URL (``HTTP_PROXY=http://run-42:@host:port``
 makes clients send ``Proxy-Authorization: Basic base64("run-42:")``, on plain requests
 and on CONNECT alike), by an ``X-Stb-Session`` request header, for /virtual calls to the
-proxy's own address by a ``/s/<name>/virtual`` path (virtual_api.own_virtual_path), by
+proxy's own address by a ``/s/<name>/virtual`` path (stb/virtual_calls.own_virtual_path), by
 ``serve --session``, or else by a default per serve run. In the URL the name is
 percent-encoded (``my%20run%2F2``), so any name survives; clients decode it before
 sending, and the proxy decodes what a client sent still encoded. Each session keeps an

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stbproxy.engine import Engine
+from stbproxy.keys import DEFAULT_RULES
 from stbproxy.models import ApiRef
 from stbproxy.stb.catalog import ApiDoc, Catalog
-from stbproxy.stb.virtual_api import VirtualApi, VirtualRequest
+from stbproxy.stb.traffic import StableToolBench
+from stbproxy.stb.virtual_calls import VirtualRequest, VirtualUpstream
 from stbproxy.stb_cache.placement import check
 from tests.stb_samples import is_sample
 
@@ -30,7 +31,8 @@ def cache_of(root, *relative_paths):
 
 def virtual_ref(category: str, tool: str, api: str, catalog: Catalog | None = None) -> ApiRef:
     """The API a /virtual call with these names is keyed under, as the proxy computes it."""
-    return VirtualApi(Engine(None, None), catalog).call_for(VirtualRequest(category, tool, api, {})).api
+    return StableToolBench(catalog, VirtualUpstream()).virtual_call(VirtualRequest(category, tool, api, {}),
+                                                                    DEFAULT_RULES).api
 
 
 def ref_path(ref: ApiRef) -> str:

@@ -355,9 +355,8 @@ def test_vcrpys_loader_refuses_object_construction(tmp_path, monkeypatch):
 def test_a_stabletoolbench_answer_crosses_a_cassette_as_it_is_served(answer):
     """An imported answer's error text and whole object ride in the cassette, so that a
     cassette replays the answer StableToolBench's server would give."""
-    from stbproxy.engine import Answer
     from stbproxy.stb.bodies import answer_parts
-    from stbproxy.stb.virtual_api import reply_from_answer
+    from stbproxy.stb.virtual_calls import reply_from_answer
 
     ref = ApiRef("Data", "theclique_for_Data", "songkick_concert")
     response, meta = answer_parts(answer)
@@ -372,7 +371,7 @@ def test_a_stabletoolbench_answer_crosses_a_cassette_as_it_is_served(answer):
         request, Response(200, headers, body.encode() if isinstance(body, str) else body),
         catalog=None, rules=DEFAULT_RULES, now=0.0)
     assert again.key == exchange.key
-    served = reply_from_answer(Answer(again.response, Source.CACHE, again.key, again.meta))
+    served = reply_from_answer(again.response, Source.CACHE, again.meta)
     assert json.dumps(served.document) == json.dumps(answer)
     assert not any(k.lower() in ("x-stb-error", "x-stb-answer") for k, _ in again.response.headers)
 
@@ -384,17 +383,17 @@ def test_a_virtual_call_of_an_api_with_a_url_is_keyed_back_from_its_cassette(too
     cassette is read: a query would turn 3 into "3" or reorder the arguments, so such a call
     keeps a stand-in with its arguments as they were; one whose query reads back keeps the
     real call."""
-    from stbproxy.engine import Engine, EngineConfig
     from stbproxy.stb.api_doc import ApiDoc, Param
-    from stbproxy.stb.virtual_api import VirtualApi, parse
+    from stbproxy.stb.traffic import StableToolBench
+    from stbproxy.stb.virtual_calls import VirtualUpstream, parse
 
     doc = ApiDoc(category="Weather", tool="Open Weather", api="Forecast by city", method="GET",
                  url="https://open-weather.p.rapidapi.com/forecast/{city}",
                  required_parameters=(Param("city"),), optional_parameters=(Param("days", "NUMBER"),))
     catalog = Catalog([doc])
-    call = VirtualApi(Engine(None, None, EngineConfig()), catalog).call_for(parse(json.dumps({
+    call = StableToolBench(catalog, VirtualUpstream()).virtual_call(parse(json.dumps({
         "category": "Weather", "tool_name": "Open Weather", "api_name": "Forecast by city",
-        "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode()))
+        "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode()), DEFAULT_RULES)
     again = cassette_reading.imported_exchange(call.request, Response(200), catalog=catalog, rules=DEFAULT_RULES,
                                                now=0.0)
     assert again.key == call.key

@@ -7,14 +7,14 @@ import asyncio
 import json
 import logging
 import os
+from dataclasses import replace
 
 from stbproxy.engine import Engine, EngineConfig
-from stbproxy.kinds import kinds_for
 from stbproxy.models import Mode, Request, Source
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.stb.virtual_api import VirtualApi
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
+from tests.own_virtual import ask, virtual_engine
 
 SECRET = "qk-query-secret-20251"
 TOOLBENCH_KEY = "tbk-echoed-back-99412"
@@ -28,9 +28,9 @@ def store_bytes(path) -> bytes:
 def run(store, scenario, *, mode=Mode.VIRTUAL, catalog=None, **virtual):
     async def main():
         upstream = Upstream(UpstreamConfig(timeout=5.0))
-        engine = Engine(store, upstream, EngineConfig(mode=mode), kinds=kinds_for(catalog))
+        engine = virtual_engine(store, upstream, EngineConfig(mode=mode), catalog, **virtual)
         try:
-            return await scenario(engine, VirtualApi(engine, catalog, **virtual))
+            return await scenario(engine)
         finally:
             await upstream.aclose()
 
@@ -40,7 +40,7 @@ def run(store, scenario, *, mode=Mode.VIRTUAL, catalog=None, **virtual):
 def test_upstream_errors_are_scrubbed_in_the_log_the_stored_reason_and_the_answer(tmp_path, caplog):
     url = f"http://127.0.0.1:9/gone?q=1&api_key={SECRET}"  # the discard port: refused
 
-    async def scenario(engine, _virtual):
+    async def scenario(engine):
         virtual = await engine.handle(Request("GET", url), "s1")
         engine.config = EngineConfig(mode=Mode.RECORD)
         recorded = await engine.handle(Request("GET", url), "s1")
@@ -71,11 +71,12 @@ def test_secrets_of_the_upstream_request_are_scrubbed_from_its_echo(tmp_path, up
         return json.dumps({"category": category, "tool_name": tool, "api_name": api, "tool_input": tool_input,
                            "strip": "", "toolbench_key": TOOLBENCH_KEY}).encode()
 
-    async def scenario(_engine, virtual):
-        echoed = await virtual.handle(call('{"echo_key": true}'), "s1")
-        quoted = await virtual.handle(call('{"echo_key": "error"}'), "s1")  # invalid: logged, then simulated
-        virtual.toolbench_url = None  # the catalog's URL, with the key from the environment
-        rapidapi = await virtual.handle(call('{"q": "x"}', tool="Echo Tool", api="Echo key"), "s1")
+    async def scenario(engine):
+        echoed = await ask(engine, call('{"echo_key": true}'), "s1")
+        quoted = await ask(engine, call('{"echo_key": "error"}'), "s1")  # invalid: logged, then simulated
+        stb = engine.kinds.ordered[0]
+        stb.virtual = replace(stb.virtual, toolbench_url=None)  # the catalog's URL, with the key from the environment
+        rapidapi = await ask(engine, call('{"q": "x"}', tool="Echo Tool", api="Echo key"), "s1")
         return echoed, quoted, rapidapi
 
     with Store(tmp_path / "s") as store:
@@ -99,7 +100,7 @@ def test_a_store_that_refuses_writes_is_never_silent(tmp_path, upstream, caplog)
     Store(tmp_path / "s").close()
     caplog.set_level(logging.INFO, logger="stbproxy")
 
-    async def scenario(engine, _virtual):
+    async def scenario(engine):
         recorded = [await engine.handle(Request("GET", upstream.url(f"/echo?n={i}")), "rec") for i in range(30)]
         engine.config = EngineConfig(mode=Mode.VIRTUAL)
         served = await engine.handle(Request("GET", upstream.url("/echo?n=virtual")), "virt")
@@ -111,7 +112,7 @@ def test_a_store_that_refuses_writes_is_never_silent(tmp_path, upstream, caplog)
             client = Upstream(UpstreamConfig(timeout=5.0))
             engine = Engine(refusing, client, EngineConfig(mode=Mode.RECORD), write_failures=failures)
             try:
-                return await scenario(engine, None)
+                return await scenario(engine)
             finally:
                 await client.aclose()
 
@@ -131,10 +132,10 @@ def test_a_store_that_refuses_writes_is_never_silent(tmp_path, upstream, caplog)
 def test_session_records_refer_to_the_stored_answer_instead_of_copying_it(tmp_path, upstream):
     url = upstream.url("/echo?city=Paris&units=metric&lang=en&page=1&limit=20&fields=temp,humidity,wind")
 
-    async def record(engine, _virtual):
+    async def record(engine):
         return await engine.handle(Request("GET", url), "rec")
 
-    async def replay(engine, _virtual):
+    async def replay(engine):
         return [await engine.handle(Request("GET", url), "replayed") for _ in range(20)]
 
     with Store(tmp_path / "s") as store:

@@ -9,7 +9,7 @@ from stbproxy.front.limits import HeaderLimits, body_problem
 from stbproxy.keys import canonical_body
 from stbproxy.models import Request
 from stbproxy.redact import redact_request, secret_values
-from stbproxy.stb.virtual_api import parse
+from stbproxy.stb.virtual_calls import parse
 
 
 def nested(depth: int, inner: str = "1") -> str:

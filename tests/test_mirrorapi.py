@@ -496,12 +496,11 @@ SERVER_ERROR = (500, "Internal Server Error")  # FastAPI's answer to the server'
 def served(made) -> tuple[int, object]:
     """What the proxy's /virtual answers for a simulation: 200 and the answer object, or
     a status of its own and its body's text."""
-    from stbproxy.engine import Answer
     from stbproxy.models import Source
-    from stbproxy.stb.virtual_api import reply_from_answer
+    from stbproxy.stb.virtual_calls import reply_from_answer
 
     source = Source.SIMULATED if made.ok else Source.SIMULATED_ERROR
-    reply = reply_from_answer(Answer(made.response, source, meta=made.meta))
+    reply = reply_from_answer(made.response, source, made.meta)
     return (200, reply.document) if reply.status == 200 else (reply.status, reply.body().decode())
 
 

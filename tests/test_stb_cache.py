@@ -139,11 +139,11 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
     the documented ones (id, playerId) and a /virtual call meet the imported entry: under
     exact keys when the /virtual call gives the cached text, and the HTTP call's arguments,
     strings in the doc's order, give it too; under canonical keys in any order and type."""
-    from stbproxy.engine import Engine, EngineConfig
     from stbproxy.kinds import http_call
     from stbproxy.models import Request
     from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-    from stbproxy.stb.virtual_api import VirtualApi, parse
+    from stbproxy.stb.traffic import StableToolBench
+    from stbproxy.stb.virtual_calls import VirtualUpstream, parse
 
     rules = keys.KeyRules(stb_keys=stb_keys)
     doc = ApiDoc(category="Sports", tool="Loop Ball", api="Team players", method="GET",
@@ -155,12 +155,12 @@ def test_imported_keys_meet_http_calls_with_documented_names_and_virtual_calls(t
     (with_catalog,), _ = read_all(root, catalog=catalog, rules=rules)
     (without_catalog,), _ = read_all(root, rules=rules)
     over_http = http_call(Request("GET", "https://loop-ball.p.rapidapi.com/team/42?playerId=p7"), catalog, rules)
-    virtual = VirtualApi(Engine(None, None, EngineConfig(rules=rules)), catalog)
+    virtual = StableToolBench(catalog, VirtualUpstream())
 
     def over_virtual(tool_input: str) -> str:
-        return virtual.call_for(parse(json.dumps({
+        return virtual.virtual_call(parse(json.dumps({
             "category": "Sports", "tool_name": "loop_ball", "api_name": "team_players",
-            "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode())).key
+            "tool_input": tool_input, "strip": "", "toolbench_key": ""}).encode()), rules).key
 
     # keys agree whether or not the catalog was there at import
     assert with_catalog.key == without_catalog.key == over_http.key == over_virtual('{"is_id": "42", "playerid": "p7"}')

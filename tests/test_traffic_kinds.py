@@ -19,7 +19,7 @@ from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.store.embedded import Store
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp, judge_http
-from stbproxy.traffic.seam import BaseKind, Call, Judged, Kinds
+from stbproxy.traffic.seam import BaseKind, Call, Judged, Kinds, Reply
 from stbproxy.workers.link import call_from_wire, call_to_wire
 
 
@@ -74,11 +74,13 @@ def test_every_field_of_a_call_crosses_the_workers_link():
     request = Request("POST", "http://127.0.0.1:9/mcp", (("Mcp-Session-Id", "s"),), b"{}")
     call = Call("mcp/key", request, request, ApiRef("srv", "tool", "tool"), {"a": 1}, host="127.0.0.1",
                 reply_format="virtual", no_upstream="why", kind="mcp", keep=False, streams=True, live=True, faultable=False,
-                may_simulate=False, private=True, facts={"method": "tools/call", "id": 3})
+                may_simulate=False, private=True, facts={"method": "tools/call", "id": 3},
+                own_reply=Reply(Response(422), Source.ERROR))
     defaults = Call("k", request, None)
     assert all(getattr(call, f.name) != getattr(defaults, f.name) for f in fields(Call) if f.name != "request")
-    # all but ``live``: a call sent over the link comes back whole (docs/mcp.md, serve --workers)
-    assert call_from_wire(json.loads(json.dumps(call_to_wire(call)))) == replace(call, live=False)
+    # all but ``live`` and ``own_reply``: a call sent over the link comes back whole (docs/mcp.md,
+    # serve --workers); a kind's own reply is answered where the request arrived (Engine.handle)
+    assert call_from_wire(json.loads(json.dumps(call_to_wire(call)))) == replace(call, live=False, own_reply=None)
 
 
 class PathOnly(BaseKind):

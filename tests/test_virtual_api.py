@@ -13,12 +13,14 @@ import pytest
 from stbproxy.engine import Engine, EngineConfig
 from stbproxy.keys import DEFAULT_RULES, KeyRules
 from stbproxy.kinds import http_call, kinds_for
-from stbproxy.models import Mode, Request
+from stbproxy.models import Mode, Request, Response, Source
 from stbproxy.sessions import safe_session_name
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.stb.virtual_api import VirtualApi, VirtualReply, may_be_virtual_call, own_virtual_path, parse
+from stbproxy.stb.traffic import StableToolBench
+from stbproxy.stb.virtual_calls import VirtualReply, VirtualUpstream, may_be_virtual_call, own_virtual_path, parse
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
+from tests.own_virtual import ask, own_request, seen, virtual_engine
 from tests.servers import ProxyProcess
 
 TOOLBENCH_KEY = "tbk-never-store-me-31337"
@@ -78,10 +80,10 @@ def run_virtual(store, catalog, calls, *, mode=Mode.VIRTUAL, toolbench_url=None,
                 upstream_proxy=None, rules=DEFAULT_RULES):
     async def main():
         upstream = Upstream(UpstreamConfig(timeout=timeout, proxy=upstream_proxy))
-        engine = Engine(store, upstream, EngineConfig(mode=mode, rules=rules), kinds=kinds_for(catalog))
-        api = VirtualApi(engine, catalog, toolbench_url=toolbench_url, rapidapi_key=rapidapi_key)
+        engine = virtual_engine(store, upstream, EngineConfig(mode=mode, rules=rules), catalog,
+                                toolbench_url=toolbench_url, rapidapi_key=rapidapi_key)
         try:
-            return [await api.handle(call) for call in calls]
+            return [await ask(engine, call) for call in calls]
         finally:
             await upstream.aclose()
 
@@ -189,8 +191,10 @@ def test_replay_miss_over_virtual_explains_itself(tmp_path):
 
 @pytest.mark.parametrize("api_name", ["chat_with_user", "Chat With User", "chat_with_user_for_theclique"])
 def test_chat_with_user_is_answered_after_standardization(api_name):
-    reply = asyncio.run(VirtualApi(None, None).handle(body(tool_name="theclique", api_name=api_name)))
-    assert reply.document == {"error": "", "response": "Chat with user."}
+    call = StableToolBench(None, VirtualUpstream()).call(own_request(body(tool_name="theclique", api_name=api_name)),
+                                                         DEFAULT_RULES)
+    assert call.own_reply is not None and call.own_reply.source is Source.CHAT
+    assert json.loads(call.own_reply.response.body) == {"error": "", "response": "Chat with user."}
 
 
 def test_full_function_name_as_api_name_meets_the_same_entry(tmp_path, upstream):
@@ -200,10 +204,11 @@ def test_full_function_name_as_api_name_meets_the_same_entry(tmp_path, upstream)
             weather_call('{"city": "Rome"}', tool_name="open_weather", api_name="forecast_by_city_for_open_weather"),
         ])
         # and without a catalog, keyed as StableToolBench's server names its cache file
-        uncataloged = VirtualApi(Engine(store, None), None)
-        call = uncataloged.call_for(parse(body(tool_name="theclique", api_name="songkick_concert_for_theclique")))
+        uncataloged = StableToolBench(None, VirtualUpstream())
+        call = uncataloged.virtual_call(parse(body(tool_name="theclique", api_name="songkick_concert_for_theclique")),
+                                        DEFAULT_RULES)
         assert call.key.startswith("api/Data/theclique_for_Data/songkick_concert/")
-        assert call.key == uncataloged.call_for(parse(body(api_name="Songkick concert"))).key
+        assert call.key == uncataloged.virtual_call(parse(body(api_name="Songkick concert")), DEFAULT_RULES).key
     assert (by_name.source, by_function.source) == ("upstream", "cache")
     assert upstream.hits["/echo/Rome"] == 1
 
@@ -226,9 +231,9 @@ def test_no_keyless_rapidapi_call_goes_out(tmp_path, upstream):
 
 def test_ready_line_names_the_real_upstream_of_virtual_misses():
     catalog = weather_catalog(None)  # no URL: nothing to call
-    assert VirtualApi(None, catalog).real_calls() == "none (the catalog lists no URL)"
-    assert "k" not in VirtualApi(None, catalog, rapidapi_key="k").real_calls().replace("key", "")
-    described = VirtualApi(None, None, toolbench_url="http://u:secret@tb.example:8080/virtual?key=s").real_calls()
+    assert VirtualUpstream().real_calls(catalog) == "none (the catalog lists no URL)"
+    assert "k" not in VirtualUpstream(rapidapi_key="k").real_calls(catalog).replace("key", "")
+    described = VirtualUpstream(toolbench_url="http://u:secret@tb.example:8080/virtual?key=s").real_calls(None)
     assert described == "to a ToolBench server at http://tb.example:8080/virtual"
 
 
@@ -254,26 +259,43 @@ def test_which_proxied_requests_may_be_virtual_calls(method, url, expected):
     assert may_be_virtual_call(Request(method, url)) is expected
 
 
+class Server:
+    """A real API that is never reached over the network: it answers every request it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[Request] = []
+
+    async def send(self, request: Request) -> tuple[Response, float]:
+        self.sent.append(request)
+        return Response(200, (("Content-Type", "application/json"),), b'{"error": "", "response": "fine"}'), 0.0
+
+
 def test_proxied_request_is_a_virtual_call_only_with_a_virtual_body(tmp_path):
+    """A POST to another server's /virtual is a StableToolBench call when its body is one;
+    any other body is plain HTTP, sent on as it came, as is every request to a passthrough
+    host; a tool_input that is not JSON gets StableToolBench's own words, sent nowhere."""
+    to = "http://stb.example:8080/virtual"
+    requests = [Request("POST", to, (), b'{"hello": 1}'), Request("POST", to, (), body(tool_name=7)),
+                Request("POST", to, (), body(tool_input="{oops")),
+                Request("POST", "http://stb.passthrough/virtual", (), body()), Request("POST", to, (), body())]
+    server = Server()
+
     async def main(store):
-        upstream = Upstream(UpstreamConfig(timeout=1))
-        engine = Engine(store, upstream, EngineConfig(passthrough=("stb.passthrough",)))
-        api = VirtualApi(engine, None)
-        try:
-            to = "http://stb.example:8080/virtual"
-            return [
-                await api.handle_proxied(Request("POST", to, (), b'{"hello": 1}')),
-                await api.handle_proxied(Request("POST", to, (), body(tool_name=7))),
-                await api.handle_proxied(Request("POST", to, (), body(tool_input="{oops"))),
-                await api.handle_proxied(Request("POST", "http://stb.passthrough/virtual", (), body())),
-            ]
-        finally:
-            await upstream.aclose()
+        engine = virtual_engine(store, server, EngineConfig(passthrough=("stb.passthrough",)))
+        return [seen(await engine.handle(request)) for request in requests]
 
     with Store(tmp_path / "s") as store:
-        not_json, wrong_field, bad_input, passthrough = asyncio.run(main(store))
-    assert (not_json, wrong_field, passthrough) == (None, None, None)  # plain HTTP
+        not_json, wrong_field, bad_input, passthrough, call = asyncio.run(main(store))
+        plain_keys, call_keys = list(store.keys("http/")), list(store.keys("api/"))
+    assert server.sent == [requests[0], requests[1], requests[3], requests[4]]  # each as the client sent it
+    for answer, source in ((not_json, "upstream"), (wrong_field, "upstream"), (passthrough, "passthrough"),
+                           (call, "upstream")):
+        assert (answer.status, answer.document, answer.source) == (200, {"error": "", "response": "fine"}, source)
     assert bad_input.status == 200 and bad_input.document == {"error": "Tool input parse error...\n", "response": ""}
+    assert bad_input.source == "error"
+    # plain HTTP is keyed by its request, the call under its API, as StableToolBench's server keys it
+    assert len(plain_keys) == 2 and [k.split("/")[:4] for k in call_keys] == [["api", "Data", "theclique_for_Data",
+                                                                               "songkick_concert"]]
 
 
 # -- end to end: ToolBench's own client against `stbproxy serve` ---------------------------------

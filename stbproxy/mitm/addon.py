@@ -1,6 +1,6 @@
-"""The stbproxy addon: every proxied request through the engine (StbAddon), the same for
-``mitmdump -s addons/stbproxy_addon.py`` (ScriptAddon), and the stb_ options it declares,
-turned into Settings."""
+"""The stbproxy addon: every proxied request, and every call to the proxy's own /virtual,
+through the engine (StbAddon), the same for ``mitmdump -s addons/stbproxy_addon.py``
+(ScriptAddon), and the stb_ options it declares, turned into Settings."""
 
 from __future__ import annotations
 
@@ -25,21 +25,21 @@ from stbproxy.mitm.flows import (
     Prebuilt,
     error_response,
     header_items,
-    json_response,
     request_from_flow,
+    request_url,
     response_to_mitm,
 )
 from stbproxy.mitm.h2_guard import cancelled_on_reset
 from stbproxy.mitm.relay import Relay
 from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
-from stbproxy.models import Request, Source
+from stbproxy.models import Request, Response, Source
 from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
 from stbproxy.runtime import Runtime
 from stbproxy.serve_options import SETTINGS, read_options
 from stbproxy.sessions import SESSION_HEADER, naming_text, proxy_user
 from stbproxy.settings import Settings
-from stbproxy.stb.virtual_api import VirtualReply, may_be_virtual_call, own_virtual_path, virtual_headers
+from stbproxy.stb.virtual_calls import own_virtual_path
 
 log = logging.getLogger("stbproxy")
 
@@ -244,23 +244,32 @@ class StbAddon:
             flow.response = error_response(refusal.status, refusal.message)
             return
         session, headers = self.session_for(flow)
-        request = request_from_flow(flow, headers)
+        flow.response = await self.engine_response(flow, request_from_flow(flow, headers), session)
+
+    async def engine_response(self, flow: http.HTTPFlow, request: Request, session: str) -> http.Response | None:
+        """The engine's answer to ``request`` as the flow's response (None: it streams through
+        the relay, answered)."""
         try:
-            if may_be_virtual_call(request) and await self.proxied_virtual(flow, request, session):
-                return
             answer = await self.open_runtime().engine.handle(request, session)
         except Exception as exc:  # one bad request must never take the proxy down
             log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
-            flow.response = error_response(502, "stbproxy internal error (see the proxy's log)")
-            return
-        if answer.source is Source.CACHE and answer.stream is None:  # (a stored MCP answer may play as it goes)
-            flow.response = self.prebuilt.response(answer.key, answer.response,
-                                                   lambda: response_to_mitm(answer.response))
-        else:
-            flow.response = await self.answered(flow, answer)
+            reply = self.failure_reply(request)
+            return response_to_mitm(reply) if reply is not None else error_response(
+                502, "stbproxy internal error (see the proxy's log)")
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
+        if answer.source is Source.CACHE and answer.stream is None:  # (a stored MCP answer may play as it goes)
+            return self.prebuilt.response(answer.key, answer.response, lambda: response_to_mitm(answer.response))
+        return await self.answered(flow, answer)
+
+    def failure_reply(self, request: Request) -> Response | None:
+        """The answer a request's kind gives when the proxy failed on it (a /virtual client's
+        answer object), or None for the 502."""
+        try:
+            return self.open_runtime().engine.failure_reply(request)
+        except Exception:  # the failure is logged already
+            return None
 
     def response(self, flow: http.HTTPFlow) -> None:
         watched = self.watched(flow.client_conn)
@@ -271,54 +280,23 @@ class StbAddon:
         if flow.request.method == "HEAD" and flow.response is not None and flow.response.raw_content:
             flow.response.raw_content = b""
 
-    async def proxied_virtual(self, flow: http.HTTPFlow, request: Request, session: str) -> bool:
-        """Answer a /virtual call addressed to another server; False: it is plain HTTP."""
-        try:
-            reply = await self.open_runtime().virtual.handle_proxied(request, session)
-        except Exception as exc:  # never a 500 for one bad call
-            log.error("stbproxy failed on a /virtual call: %s", failure_text(request, exc, self.settings.key_rules()))
-            reply = VirtualReply(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
-                                 "error")
-        if reply is None:
-            return False
-        flow.response = self.virtual_response(reply)
-        flow.metadata["stb_source"] = reply.source
-        flow.metadata["stb_session"] = session
-        return True
-
-    def virtual_response(self, reply: VirtualReply) -> http.Response:
-        def build() -> http.Response:
-            return http.Response.make(reply.status, reply.body(), virtual_headers(reply))
-
-        if reply.hit_key is None:
-            return build()
-        return self.prebuilt.response("virtual " + reply.hit_key, reply, build)
-
-    async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response:
-        """A request to the proxy's own address: /virtual, else a pointer to usage (404), or a
-        loop error (508) when it names the proxy in a way only a relayed request does.
+    async def own_endpoint(self, flow: http.HTTPFlow) -> http.Response | None:
+        """A request to the proxy's own address: /virtual (answered by the engine, the
+        request marked as the proxy's own), else a pointer to usage (404), or a loop error
+        (508) when it names the proxy in a way only a relayed request does.
 
         Never forwarded: that would send the proxy a request to itself, forever.
         """
         is_virtual, named_session = own_virtual_path(flow.request.path)
         if is_virtual:
-            if flow.request.method != "POST":
-                return json_response(405, {"error": "/virtual takes POST with a JSON body", "response": ""}, "error")
             if named_session:
                 headers = self.header_facts(flow)[0]
                 session = self.in_scope(flow, completed(named_session, self.open_runtime().session), headers)
             else:
                 session, headers = self.session_for(flow)
-            try:
-                reply = await self.open_runtime().virtual.handle(flow.request.raw_content or b"", session,
-                                                                 headers=headers)
-            except Exception as exc:  # never a 500 for one bad call
-                request = request_from_flow(flow)
-                log.error("stbproxy /virtual failed: %s", failure_text(request, exc, self.settings.key_rules()))
-                return json_response(200, {"error": "stbproxy internal error (see the proxy's log)", "response": ""},
-                                     "error")
-            flow.metadata["stb_source"] = reply.source
-            return self.virtual_response(reply)
+            request = Request(flow.request.method, request_url(flow.request), headers,
+                              flow.request.raw_content or b"", to_proxy=True)
+            return await self.engine_response(flow, request, session)
         mcp = local_target(flow.request.path)
         if mcp is not None:
             return await self.local_mcp(flow, *mcp)

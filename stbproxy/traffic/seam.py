@@ -1,5 +1,6 @@
 """What a kind of traffic is to the engine (TrafficKind, with BaseKind's defaults), what it
-makes of a request (Call), and the kinds of one proxy, tried in order (Kinds). Pure."""
+makes of a request (Call, or the kind's own Reply to a request that asks for no call), and
+the kinds of one proxy, tried in order (Kinds). Pure."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ from stbproxy.synthesis.simulation import Simulation, SimulationRequest, Simulat
 # "http": the API's own answer; "virtual": a ToolBench-style API server's {error, response};
 # "stb-server": a StableToolBench virtual server's answer, which is the benchmark's answer.
 ReplyFormat = Literal["http", "virtual", "stb-server"]
+
+
+class Reply(NamedTuple):
+    """A kind's own whole answer to a request that asks for no call (a /virtual body that is
+    no call, a chat with the user): served as it is, and nothing is stored, asked or recorded
+    for it; ``source`` is how the engine names it (``error``, ``chat``)."""
+
+    response: Response
+    source: Source
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class Call:
     may_simulate: bool = True  # False: when its real API gives no answer, the client is told; nothing is made up
     private: bool = False  # its answers are its caller's alone: never written to the shared tier
     facts: Mapping[str, Any] = field(default_factory=dict)  # what its kind read of the request and needs again
+    own_reply: Reply | None = None  # the request asks for no call: its kind's answer (never crosses the workers' link)
 
     @property
     def seed(self) -> str:
@@ -87,7 +98,18 @@ class TrafficKind(Protocol):
 
     def served(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
         """The answer as this request's client must get it (a stored answer given the
-        request's own JSON-RPC id, say); ``source``: how the engine made it."""
+        request's own JSON-RPC id, say); ``source``: how the engine made it. The session's
+        record holds what this gives."""
+
+    def client_reply(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
+        """The answer in the shape the client reads, made once the engine has recorded it
+        (its session's record and any copy kept hold the answer as ``served`` gave it):
+        StableToolBench's /virtual answer object with its X-Stb-* headers. Called for every
+        answer, so a kind that has nothing to shape gives ``response`` itself."""
+
+    def failure_reply(self, request: Request) -> Response | None:
+        """The answer this kind's client reads when the proxy failed on ``request`` (an
+        internal error): a /virtual client's answer object; None for the front end's own."""
 
     def local_answer(self, call: Call) -> Response:
         """The proxy's own answer to a call that is never kept (``keep`` False) when no real
@@ -125,6 +147,12 @@ class BaseKind:
     def served(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
         return response
 
+    def client_reply(self, call: Call, response: Response, source: Source, meta: Mapping[str, Any]) -> Response:
+        return response
+
+    def failure_reply(self, request: Request) -> Response | None:
+        return None
+
     def local_answer(self, call: Call) -> Response:
         return error_object_response(f"stbproxy: no real API can be asked for {call.request.method} "
                                      f"{call.host or 'this call'}", status=502)
@@ -160,6 +188,14 @@ class Kinds:
             if call is not None:
                 return call
         raise LookupError(f"no kind of traffic takes {request.method} {request.url}")
+
+    def failure_reply(self, request: Request) -> Response | None:
+        """The first kind's answer to a request the proxy failed on (TrafficKind.failure_reply)."""
+        for kind in self.ordered:
+            reply = kind.failure_reply(request)
+            if reply is not None:
+                return reply
+        return None
 
     def of(self, call: Call) -> TrafficKind:
         """The kind that made ``call`` (the last kind, for a name this proxy does not know)."""

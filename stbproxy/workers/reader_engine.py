@@ -7,7 +7,9 @@ goes to the primary as the routed call (or, for passthrough hosts and record mod
 whole request), where the engine runs it as for its own traffic: so identical misses on
 any worker share one real call, and fault decisions, refreshes of simulated answers and
 replay misses are the primary's. After a forwarded call the reader catches up with the
-store soon, so what the primary stored is served locally from then on.
+store soon, so what the primary stored is served locally from then on. An answer comes back
+in the shape its client reads (a /virtual answer object: TrafficKind.client_reply), made by
+whichever process ran the calling rules.
 """
 
 from __future__ import annotations
@@ -89,10 +91,8 @@ class ReaderEngine(Engine):
         # store: the primary decides all.
         self.local_hits = config.mode in (Mode.VIRTUAL, Mode.REPLAY) and not self.faults
 
-    async def handle(self, request: Request, session: str | None = None) -> Answer:
-        if self.config.passthrough and self.is_passthrough(request.host):
-            return await self._forwarded(self.link.handle(request, session))
-        return await self.answer(self.http_call(request), session)
+    async def pass_through(self, request: Request, session: str | None) -> Answer:
+        return await self._forwarded(self.link.handle(request, session))
 
     async def answer(self, call: Call, session: str | None = None) -> Answer:
         ref = self.session_of(session)
