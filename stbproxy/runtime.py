@@ -23,7 +23,8 @@ from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_promp
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.validity import replaced_answers
 from stbproxy.stb.virtual_calls import VirtualUpstream
-from stbproxy.store.embedded import ENTRY_PREFIXES, Store
+from stbproxy.store.embedded import Store
+from stbproxy.store.key_layout import ENTRY_PREFIXES
 from stbproxy.store.shared_bulk import SharedBulk, check_at_start
 from stbproxy.store.shared_tier import SharedTier
 from stbproxy.store.tiered import TieredStore
