@@ -15,11 +15,13 @@ import sys
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, NoReturn
+from typing import Any, Callable, Literal, NoReturn, TypeVar
 
 import click
 
 log = logging.getLogger("stbproxy")
+
+FC = TypeVar("FC", bound=Callable[..., Any])  # a command's function, which options decorate
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2,
               "mib": 1024**2, "g": 1024**3, "gb": 1024**3, "gib": 1024**3}
@@ -42,7 +44,7 @@ class ByteSize(click.ParamType):
             self.fail(f"{value!r} is not a size such as 10MiB, 512k or 1048576", param, ctx)
 
 
-def store_option(func):
+def store_option(func: FC) -> FC:
     return click.option(
         "--store",
         type=click.Path(file_okay=False, path_type=Path),
@@ -57,7 +59,7 @@ CONFDIR_HELP = ("Where the interception CA lives: one per user, whatever the sto
                 "'stbproxy env' and 'stbproxy serve' agree [default: ~/.stbproxy].")
 
 
-def confdir_option(func):
+def confdir_option(func: FC) -> FC:
     return click.option("--confdir", type=click.Path(file_okay=False, path_type=Path), default=None,
                         envvar="STBPROXY_CONFDIR", help=CONFDIR_HELP)(func)
 

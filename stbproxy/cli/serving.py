@@ -9,12 +9,13 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from stbproxy import __version__
 from stbproxy.cli.common import (
+    FC,
     ByteSize,
     confdir_option,
     fail,
@@ -28,8 +29,6 @@ from stbproxy.cli.shared_tier import shared_option
 from stbproxy.errors import StbError
 from stbproxy.models import Mode
 from stbproxy.serve_options import SETTINGS, Cli, Setting, addon_options, flag_of
-
-FC = TypeVar("FC", bound=Callable[..., Any])  # a command's function, which options decorate
 
 
 def setting_options(first: str, last: str) -> Callable[[FC], FC]:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from stbproxy.cli.common import fail, store_option
+from stbproxy.cli.common import FC, fail, store_option
 from stbproxy.errors import StbError
 from stbproxy.store.shared_url import ENV_VARS
 
 
-def shared_option(func):
+def shared_option(func: FC) -> FC:
     return click.option(
         "--shared",
         default=None,
