@@ -46,11 +46,11 @@ MIRRORAPI_UNKNOWN = ("fail", "prompt")
 
 @dataclass(frozen=True)
 class Cli:
-    """A setting's command-line option, as data: ``kind`` is text, choice, int, float
+    """A setting's command-line option, as data: ``value_type`` is text, choice, int, float
     (``low``/``high``, ``low_open``), bytes (10MiB), file or folder (``exists``; a Path when
     ``path_type``) or flag (``negative``: its off form)."""
 
-    kind: str = "text"
+    value_type: str = "text"
     default: Any = None
     multiple: bool = False
     metavar: str | None = None
