@@ -165,7 +165,7 @@ def rejected(op: Operation, broken: Broken, key: str) -> Simulation:
     """A broken request's answer: the status the operation documents for it, a body that
     follows that status's schema when it has one (the rule in its message member where it
     fits), else a problem object; the rule always in ``X-Stb-Rejected``."""
-    codes, fallback, title = _REJECTIONS[broken.kind]
+    codes, fallback, title = _REJECTIONS[broken.part]
     status = next((int(code) for code in codes if code in op.replies), fallback)
     headers = [("x-stb-rejected", _header_safe(broken.rule))]
     if status == 401:
