@@ -56,7 +56,8 @@ def load_session(folder: Path, qid: str, queries: QueryIndex | None = None) -> t
     return answers_from_traffic(read_traffic(recorded), where=str(folder), queries=queries, single_id=qid, meta=meta)
 
 
-def load_document(document: dict[str, Any], where: str, queries: QueryIndex | None = None) -> tuple[list[Named], list[str]]:
+def load_document(document: dict[str, Any], where: str,
+                  queries: QueryIndex | None = None) -> tuple[list[Named], list[str]]:
     """The answers of a cassette document in memory (``{"interactions": [...]}``), one per
     conversation, named by query or digest."""
     try:

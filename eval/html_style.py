@@ -50,7 +50,8 @@ svg.stack{width:100%;height:18px;display:block;border-radius:5px;overflow:hidden
 .stack.empty{height:18px;border-radius:5px;background:#eef0f3}
 .stack-block+.stack-block{margin-top:14px}
 .stack-head{display:flex;justify-content:space-between;font-size:12px;margin-bottom:4px}
-.legend-list{list-style:none;padding:0;margin:8px 0 0;display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:3px 14px}
+.legend-list{list-style:none;padding:0;margin:8px 0 0;display:grid;
+grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:3px 14px}
 .legend-list li{display:flex;align-items:center;gap:6px;font-size:13px}
 .legend-list .num{margin-left:auto;font-variant-numeric:tabular-nums;font-weight:600}
 .legend-list .pct{width:48px;text-align:right;font-size:12px;font-variant-numeric:tabular-nums}
@@ -73,11 +74,13 @@ background:var(--accent);color:#fff;min-height:32px}
 button.secondary{background:#fff;color:#1f2933;border-color:#c9d1db}
 button.secondary:hover:not(:disabled){background:#f1f5f9}
 button:disabled{opacity:.45;cursor:default}
-button.link{background:none;border:none;color:#1d4ed8;padding:2px 0;min-height:0;font-size:12.5px;text-decoration:underline}
+button.link{background:none;border:none;color:#1d4ed8;padding:2px 0;min-height:0;font-size:12.5px;
+text-decoration:underline}
 .listbar{display:flex;justify-content:space-between;align-items:center;margin:12px 2px 8px;gap:10px;flex-wrap:wrap}
 #count{font-weight:600}
 .pager{display:flex;align-items:center;gap:10px}
-table.qtable{background:var(--panel);border:1px solid var(--line);border-radius:10px;border-collapse:separate;border-spacing:0;overflow:hidden}
+table.qtable{background:var(--panel);border:1px solid var(--line);border-radius:10px;
+border-collapse:separate;border-spacing:0;overflow:hidden}
 .qtable th{font-size:12px;text-align:left;color:var(--muted);font-weight:600;padding:8px 10px;background:#f9fafb;
 border-bottom:1px solid var(--line);white-space:nowrap}
 .qtable td{padding:7px 10px;border-bottom:1px solid #eef0f3;vertical-align:top;font-size:13px}
@@ -99,31 +102,37 @@ font-size:11.5px;font-weight:700;color:#fff;padding:0 6px}
 .pill.unscored,.pill.missing,.pill.other{background:var(--unscored)}
 .pills.faint .pill{background:#fff;border:1.5px solid currentColor;font-weight:700}
 .pills.faint .pill.solved{color:var(--solved)}.pills.faint .pill.unsolved{color:var(--unsolved)}
-.pills.faint .pill.unsure{color:var(--unsure)}.pills.faint .pill.unscored,.pills.faint .pill.missing,.pills.faint .pill.other{color:var(--unscored)}
+.pills.faint .pill.unsure{color:var(--unsure)}
+.pills.faint .pill.unscored,.pills.faint .pill.missing,.pills.faint .pill.other{color:var(--unscored)}
 .badges{display:flex;flex-wrap:wrap;gap:4px;min-width:300px}
 .badge{display:inline-flex;align-items:center;gap:5px;border:1px solid var(--line);border-radius:10px;padding:0 7px;
 font-size:11.5px;line-height:19px;background:#fff;white-space:nowrap;color:#1f2933}
 .badge .bdot{width:8px;height:8px;border-radius:50%;display:inline-block}
 .badge b{font-variant-numeric:tabular-nums}
 .was{font-size:11px;color:var(--muted);white-space:nowrap}
-.tag{display:inline-block;font-size:11px;font-weight:600;border-radius:6px;padding:0 6px;background:#fde68a;color:#78350f;margin-left:4px}
+.tag{display:inline-block;font-size:11px;font-weight:600;border-radius:6px;padding:0 6px;
+background:#fde68a;color:#78350f;margin-left:4px}
 tr.detail>td{background:#fbfcfe;padding:0;border-bottom:2px solid #c7d2fe}
 .trajectory{padding:14px 18px 18px;max-width:1200px}
 .traj-head{display:flex;flex-wrap:wrap;gap:8px 18px;align-items:center;margin-bottom:8px}
 .traj-head .qid-big{font-family:var(--mono);font-weight:700}
-.traj-query{white-space:pre-wrap;font-size:14px;margin:0 0 12px;padding:10px 12px;background:#fff;border:1px solid var(--line);border-radius:8px}
+.traj-query{white-space:pre-wrap;font-size:14px;margin:0 0 12px;padding:10px 12px;
+background:#fff;border:1px solid var(--line);border-radius:8px}
 .traj-base{font-size:13px;margin:-4px 0 12px;display:flex;gap:8px;align-items:center;flex-wrap:wrap}
 ol.steps{list-style:none;margin:0;padding:0;counter-reset:step}
-li.step{position:relative;background:#fff;border:1px solid var(--line);border-radius:8px;padding:9px 12px 10px 46px;margin-bottom:8px}
+li.step{position:relative;background:#fff;border:1px solid var(--line);border-radius:8px;
+padding:9px 12px 10px 46px;margin-bottom:8px}
 li.step::before{counter-increment:step;content:counter(step);position:absolute;left:12px;top:10px;width:22px;height:22px;
 border-radius:50%;background:#eef2f7;color:#374151;font-size:11.5px;font-weight:700;display:flex;align-items:center;justify-content:center}
 li.step.changed{border-color:var(--changed-edge);box-shadow:inset 3px 0 0 var(--changed-edge)}
 .step-head{display:flex;flex-wrap:wrap;align-items:center;gap:8px;margin-bottom:4px}
-.role{font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.6px;padding:1px 7px;border-radius:6px;background:#e5e7eb;color:#374151}
+.role{font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.6px;padding:1px 7px;border-radius:6px;
+background:#e5e7eb;color:#374151}
 .role.assistant{background:#dbeafe;color:#1e3a8a}.role.tool{background:#ede9fe;color:#4c1d95}
 .role.user{background:#dcfce7;color:#14532d}.role.system{background:#f3f4f6;color:#4b5563}
 .key{font-family:var(--mono);font-size:11.5px;color:var(--muted);word-break:break-all}
-.block-label{font-size:11.5px;font-weight:600;color:var(--muted);margin:6px 0 2px;text-transform:uppercase;letter-spacing:.4px}
+.block-label{font-size:11.5px;font-weight:600;color:var(--muted);margin:6px 0 2px;
+text-transform:uppercase;letter-spacing:.4px}
 pre.text,pre.code{white-space:pre-wrap;word-break:break-word;margin:0;padding:7px 9px;border-radius:6px;max-height:none}
 pre.text{font-family:inherit;font-size:13.5px;background:none;padding:0 0 2px}
 pre.code{background:#f6f8fa;border:1px solid #eceff3}

@@ -94,7 +94,8 @@ class Judge:
         return self.ask(CHECK_TASK, {"task": task}, qid=qid, round=0, model=model)
 
     def select_better_answer(self, query: str, answer_0: str, answer_1: str, *, qid: str, round: int) -> Verdict:
-        return self.ask(SELECT_BETTER, {"query": query, "answer_0": answer_0, "answer_1": answer_1}, qid=qid, round=round)
+        return self.ask(SELECT_BETTER, {"query": query, "answer_0": answer_0, "answer_1": answer_1},
+                        qid=qid, round=round)
 
     # -- one judgment --------------------------------------------------------------------
 
@@ -202,7 +203,8 @@ class Judge:
         with self._client_lock:
             if self._client is None:
                 s = self.settings
-                configured = s.base_url or os.environ.get("OPENAI_BASE_URL") or s.api_key or os.environ.get("OPENAI_API_KEY")
+                configured = (s.base_url or os.environ.get("OPENAI_BASE_URL")
+                              or s.api_key or os.environ.get("OPENAI_API_KEY"))
                 if not configured:
                     raise JudgeFatalError("no judge is configured: set OPENAI_BASE_URL and OPENAI_API_KEY (or "
                                           "--base-url and --api-key) for an OpenAI-compatible endpoint "

@@ -54,7 +54,8 @@ class JudgeLog:
         with self._lock:
             if self._fh is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                needs_newline = self.path.exists() and self.path.stat().st_size > 0 and not _ends_with_newline(self.path)
+                needs_newline = (self.path.exists() and self.path.stat().st_size > 0
+                                 and not _ends_with_newline(self.path))
                 self._fh = self.path.open("a", encoding="utf-8")
                 if needs_newline:
                     self._fh.write("\n")  # seal a line an interrupted run left open

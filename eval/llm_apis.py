@@ -149,8 +149,9 @@ def _chat_stream(raw: str) -> dict[str, Any]:
 
 # --- OpenAI Responses ---------------------------------------------------------------
 
-def _responses_request(body: dict[str, Any], index: int,
-                       earlier: Mapping[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _responses_request(
+    body: dict[str, Any], index: int, earlier: Mapping[str, list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     messages: list[dict[str, Any]] = []
     previous = body.get("previous_response_id")
     if isinstance(previous, str):

@@ -194,7 +194,8 @@ def plan(answers: AnswerSet, ids: dict[str, list[str]], *, rounds: int,
     return outcomes
 
 
-def score(outcomes: dict[str, list[Outcome]], *, rounds: int, missing: str) -> tuple[list[GroupScore], GroupScore | None]:
+def score(outcomes: dict[str, list[Outcome]], *, rounds: int,
+          missing: str) -> tuple[list[GroupScore], GroupScore | None]:
     """Per group scores and their average (mean over groups, round by round)."""
     check_options(rounds, missing)
     groups: list[GroupScore] = []

@@ -215,7 +215,8 @@ def wins_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def solvable_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["Group", "Tasks", "Solvable (kept)"]
     rows = [[g["group"], str(g["tasks"]), str(g["kept"])] for g in summary["groups"]]
-    rows.append(["Total", str(sum(g["tasks"] for g in summary["groups"])), str(sum(g["kept"] for g in summary["groups"]))])
+    rows.append(["Total", str(sum(g["tasks"] for g in summary["groups"])),
+                 str(sum(g["kept"] for g in summary["groups"]))])
     return header, rows
 
 
@@ -266,7 +267,8 @@ def write_run(folder: str | Path, summary: dict[str, Any]) -> str:
                       *(g["counts"].get(k, 0) for k in COUNT_COLUMNS)] for g in entries]
     elif kind == "win_rate":
         header, rows = win_rate_table([summary])
-        long_header = ["candidate", "reference", "group", "win_rate", "wins", "ties", "losses", "queries", "shortcut_rounds"]
+        long_header = ["candidate", "reference", "group", "win_rate", "wins", "ties", "losses", "queries",
+                       "shortcut_rounds"]
         entries = [*summary["groups"], *([summary["average"]] if summary["average"] else [])]
         long_rows = [[summary["candidate"], summary["reference"], g["group"], _num(g["win_rate"]),
                       *(g[k] for k in ("wins", "ties", "losses", "queries", "shortcut_rounds"))] for g in entries]
@@ -353,7 +355,8 @@ def write_win_rate_details(folder: str | Path, result: WinRate) -> list[Path]:
             for r in range(result.rounds):
                 entry[f"round_{r}"] = d.how[r]
             entry["result"] = d.result
-            entry["rounds"] = [{"winner": d.rounds[r], "how": d.how[r], "reason": d.reasons[r]} for r in range(result.rounds)]
+            entry["rounds"] = [{"winner": d.rounds[r], "how": d.how[r], "reason": d.reasons[r]}
+                               for r in range(result.rounds)]
             entries[d.qid] = entry
         path = target / f"{group}_{result.candidate}_{result.reference}.json"
         path.write_text(json.dumps(entries, indent=4, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -106,7 +106,8 @@ def svg_lines(series: list[dict], *, title: str, x_label: str = "", y_label: str
         out.append(f'<polyline class="series" points="{path}" stroke="{esc(color)}"/>')
         for x, y in points:
             out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{esc(color)}">'
-                       f"<title>{esc(name)}: {esc(_tick_label(x))}, {esc(number_text(y, 2))}{esc(y_suffix)}</title></circle>")
+                       f"<title>{esc(name)}: {esc(_tick_label(x))}, {esc(number_text(y, 2))}{esc(y_suffix)}"
+                       "</title></circle>")
     for lx, ly, label, color in legend:
         out.append(f'<line x1="{lx:.1f}" x2="{lx + 16:.1f}" y1="{ly}" y2="{ly}" stroke="{esc(color)}" '
                    f'stroke-width="2.5"/><text class="legend" x="{lx + 21:.1f}" y="{ly + 4}">{esc(label)}</text>')

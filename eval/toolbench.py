@@ -139,7 +139,8 @@ def _options(node: dict[str, Any]) -> list[Option]:
                 out.append((_tool(child.get("description"), "", ""), _options(child)))
                 continue
             after = _options(given) + _options({"children": [c for c in kids if c is not given]})
-            out.append((_tool(child.get("description"), given.get("description", ""), given.get("observation", "")), after))
+            out.append((_tool(child.get("description"), given.get("description", ""),
+                              given.get("observation", "")), after))
         elif kind == "Thought":
             out.append(({"role": "assistant", "message": child.get("description", "")}, _options(child)))
         elif kind == "Action Input":

@@ -17,9 +17,10 @@ session) tells what each conversation did, even when many ran at once:
   the tool the request names (a kind whose requests name their tool, stbcore/tool_calls.py:
   StableToolBench's /virtual, MCP's tools/call), then of the one whose pending calls share the most argument
   values and name parts with the request; on a tie, of all of them. A request of a
-  protocol's own housekeeping (a reader says it calls no tool) belongs to none. A call whose result never reached the model (the agent stopped
-  right after it) takes the next such response recorded after the conversation's last
-  LLM call. With one conversation, everything else belongs to it.
+  protocol's own housekeeping (a reader says it calls no tool) belongs to none. A call
+  whose result never reached the model (the agent stopped right after it) takes the next
+  such response recorded after the conversation's last LLM call. With one conversation,
+  everything else belongs to it.
 - **Ids** (:func:`answers_from_traffic`): a conversation is named by the query its task
   states (queries.py), by the recording's own name when it holds one conversation, or
   by a stable digest of its system and user messages.
@@ -240,7 +241,8 @@ def name_conversations(traffic: Traffic, *, where: str, queries: QueryIndex | No
 
 
 def answers_from_traffic(traffic: Traffic, *, where: str, queries: QueryIndex | None = None,
-                         single_id: str | None = None, meta: dict[str, Any] | None = None) -> tuple[list[Named], list[str]]:
+                         single_id: str | None = None,
+                         meta: dict[str, Any] | None = None) -> tuple[list[Named], list[str]]:
     """Each conversation's answer with its group and id, and notes on what was left out.
 
     ``single_id`` names a recording meant to hold one query (a cassette named by its id):
