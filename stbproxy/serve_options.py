@@ -13,7 +13,7 @@ by its front end, which turns a ``Cli`` into a click option and ``addon`` into
 from __future__ import annotations
 
 from collections.abc import Sequence  # mitmproxy's --set parses list options typed with this one only
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -73,7 +73,7 @@ class Setting:
     option: str = ""  # the mitmproxy option; "": stb_<field>
     addon: tuple[Any, Any, str] = (Optional[str], None, "")  # its type, default and help under mitmdump
     to_addon: Callable[[Any], Any] | None = None  # the command line's value as the option's (default: as it is)
-    read: Callable[[Any], Any] | None = field(default=None)  # the option's value as Settings' (may raise ConfigError)
+    read: Callable[[Any], Any] | None = None  # the option's value as Settings' (may raise ConfigError)
 
     @property
     def option_name(self) -> str:
@@ -108,7 +108,8 @@ def _existing_file_text(value: str | None) -> str | None:
 
 
 def _existing_file(value: str | None) -> Path | None:
-    return Path(value) if _existing_file_text(value) else None
+    text = _existing_file_text(value)
+    return Path(text) if text else None
 
 
 def _path(value: str | None) -> Path | None:
