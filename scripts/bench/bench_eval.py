@@ -70,7 +70,8 @@ def build(folder: Path, total: int) -> tuple[Path, Path]:
 def judge(request: dict) -> ToolCall:
     # Deterministic labels, about two thirds Solved.
     digest = hashlib.sha256(request["messages"][0]["content"].encode()).digest()
-    return ToolCall("check_answer_status", {"reason": "bench", "answer_status": "Unsolved" if digest[0] < 85 else "Solved"})
+    status = "Unsolved" if digest[0] < 85 else "Solved"
+    return ToolCall("check_answer_status", {"reason": "bench", "answer_status": status})
 
 
 def run(command: list[str], env: dict[str, str]) -> tuple[float, dict]:

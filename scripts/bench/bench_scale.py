@@ -191,8 +191,8 @@ def report(rows: list[Row], hits: int) -> None:
     for r in rows:
         print(f"{r.entries:>11,} {r.import_s:>8.1f} {r.import_rate:>9,.0f} {r.import_peak_mb:>7.0f}MB "
               f"{r.tree_peak_mb:>6.0f}MB {r.disk_mib:>8,.0f} {r.bytes_per_entry:>7.0f} {r.cold_start_s:>7.2f}s "
-              f"{r.ready_mb:>7.0f}MB {r.rps:>6.0f} {r.p50_ms:>6.2f} {r.p99_ms:>6.2f} {r.cpu_ms:>5.3f}ms {r.after_mb:>7.0f}MB "
-              f"{r.peak_mb:>4.0f}MB")
+              f"{r.ready_mb:>7.0f}MB {r.rps:>6.0f} {r.p50_ms:>6.2f} {r.p99_ms:>6.2f} {r.cpu_ms:>5.3f}ms "
+              f"{r.after_mb:>7.0f}MB {r.peak_mb:>4.0f}MB")
     base = rows[0]
     for r in rows[1:]:
         growth = r.entries / base.entries
@@ -203,8 +203,8 @@ def report(rows: list[Row], hits: int) -> None:
         print(f"{r.entries:,} vs {base.entries:,} entries ({growth:.0f}x), {hits:,} random hits each: "
               f"entries/s {r.import_rate / base.import_rate:.2f}x, import peak RSS {grew['import peak RSS']:.2f}x, "
               f"disk per entry {r.bytes_per_entry / base.bytes_per_entry:.2f}x, req/s {r.rps / base.rps:.2f}x, "
-              f"p99 {r.p99_ms / base.p99_ms:.2f}x, CPU per hit {r.cpu_ms / base.cpu_ms:.2f}x, RSS after the hits {grew['RSS after the hits']:.2f}x, "
-              f"cold start {grew['cold start']:.2f}x "
+              f"p99 {r.p99_ms / base.p99_ms:.2f}x, CPU per hit {r.cpu_ms / base.cpu_ms:.2f}x, "
+              f"RSS after the hits {grew['RSS after the hits']:.2f}x, cold start {grew['cold start']:.2f}x "
               f"({'WORSE THAN LINEAR: ' + ', '.join(worse) if worse else 'no worse than linear'})")
 
 

@@ -312,8 +312,10 @@ class Bench:
         print(f"   local only: {local['seconds']:.1f} s ({expected.good / local['seconds']:,.0f} entries/s, "
               f"CPU {local['cpu']:.1f} s); with --shared: {shared['seconds']:.1f} s = {rate:,.0f} entries/s "
               f"[target >= 20,000/s], CPU {shared['cpu']:.1f} s, ratio to local only "
-              f"{local['seconds'] / shared['seconds']:.2f}; again: {added_again.group(1) if added_again else '?'} added")
-        print(f"   redis: {keys} keys, {memory / 2**20:.0f} MiB used: {(memory - empty) / max(keys, 1):,.0f} bytes per entry "
+              f"{local['seconds'] / shared['seconds']:.2f}; "
+              f"again: {added_again.group(1) if added_again else '?'} added")
+        print(f"   redis: {keys} keys, {memory / 2**20:.0f} MiB used: "
+              f"{(memory - empty) / max(keys, 1):,.0f} bytes per entry "
               f"(values average {expected.bytes / max(expected.entries, 1):,.0f} bytes of cache JSON)")
         self.check(added is not None and int(added.group(1)) == expected.good == keys,
                    f"shared import added {added and added.group(1)}, expected {expected.good}, server has {keys}")

@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args.requests1 = args.requests1 or (100 if args.quick else 1500)
     args.repeats = args.repeats or (1 if args.quick else 3)
     try:
-        args.concurrency = sorted({int(c) for c in (args.concurrency or ("1,32" if args.quick else "1,16,32")).split(",")})
+        given = args.concurrency or ("1,32" if args.quick else "1,16,32")
+        args.concurrency = sorted({int(c) for c in given.split(",")})
     except ValueError:
         parser.error("--concurrency takes numbers separated by commas")
     with contextlib.ExitStack() as stack:

@@ -219,7 +219,8 @@ class Matrix:
                 cpu = self.get(path, name, concurrency, "cpu_ms")
                 ratio = cpu / base if base and not math.isnan(cpu) else float("nan")
                 print(f"{'':<21}{name:<31}{concurrency:>5}{self.get(path, name, concurrency, 'rps'):>9.0f}"
-                      f"{self.get(path, name, concurrency, 'p50_ms'):>9.3f}{self.get(path, name, concurrency, 'p99_ms'):>9.3f}"
+                      f"{self.get(path, name, concurrency, 'p50_ms'):>9.3f}"
+                      f"{self.get(path, name, concurrency, 'p99_ms'):>9.3f}"
                       f"{cpu:>12.3f}{ratio:>16.2f}")
 
 

@@ -170,7 +170,8 @@ def main(argv: list[str]) -> int:
             store = virtual_store if kind == "virtual" else http_store
             # Unprofiled first (the profiler never switched on): the CPU a hit costs, from the
             # process's own times.
-            plain = ProfiledServe(store, workdir / "unused.prof", "--mode", "replay", "--simulator", "off", env=env).start(START_TIMEOUT)
+            plain = ProfiledServe(store, workdir / "unused.prof", "--mode", "replay", "--simulator", "off",
+                                  env=env).start(START_TIMEOUT)
             servers.append(plain)
             load(plain, plans[kind], warmup, 0, args.concurrency)
             before = cpu_seconds(plain.process.pid)
@@ -180,7 +181,8 @@ def main(argv: list[str]) -> int:
             servers.remove(plain)
 
             profile = workdir / f"{kind}.prof"
-            server = ProfiledServe(store, profile, "--mode", "replay", "--simulator", "off", env=env).start(START_TIMEOUT)
+            server = ProfiledServe(store, profile, "--mode", "replay", "--simulator", "off",
+                                   env=env).start(START_TIMEOUT)
             servers.append(server)
             load(server, plans[kind], warmup, 0, args.concurrency)
             server.process.send_signal(signal.SIGUSR1)

@@ -12,7 +12,8 @@ fresh proxy (so that its peak, VmHWM, is this case's alone):
 - ``tunnel``: HTTPS through a CONNECT tunnel (the fast lane's tunnel lane);
 
 one client asks for ``small`` (1 KiB: the baseline), then ``gzip`` (the bomb), ``plain`` (with a
-Content-Length) or ``chunked`` (none, so that only reading tells its size) and reads the whole answer while the RSS of the proxy's process tree is sampled every 10 ms.
+Content-Length) or ``chunked`` (none, so that only reading tells its size) and reads the whole
+answer while the RSS of the proxy's process tree is sampled every 10 ms.
 Reported per case: the status, X-Stb-Source and bytes the client got, the tree's RSS when
 idle (after the small answer), its peak (the largest sample, or the process's VmHWM if
 larger), the RSS a second after the answer, and the entries stored for that answer.

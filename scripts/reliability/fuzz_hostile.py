@@ -163,7 +163,8 @@ def case_hidden_framing(rng, ctx, n):
     req = carrier(rng, ctx, n, ("proxy", "virtual", "tunnel"), body=True)
     byte = rng.choice([b"\x0b", b"\x0c", b"\r"])
     if rng.random() < 0.5:
-        line = b"Transfer-Encoding: " + (b"chunked" + byte if byte == b"\r" or rng.random() < 0.5 else byte + b"chunked")
+        framing = b"chunked" + byte if byte == b"\r" or rng.random() < 0.5 else byte + b"chunked"
+        line = b"Transfer-Encoding: " + framing
         body = chunked(req.body)
     else:
         line, body = b"Content-Length: %d%s" % (len(req.body), byte), req.body

@@ -96,7 +96,8 @@ class Tally:
                     self.by_form[form, location] += 1
                     self.by_place[secret.place, location] += 1
                     if len(self.examples) < 12:
-                        self.examples.append(f"{location} {where[:90]!r}: {secret.place} secret as {form}: {form_text!r}")
+                        self.examples.append(f"{location} {where[:90]!r}: "
+                                             f"{secret.place} secret as {form}: {form_text!r}")
         return found
 
 

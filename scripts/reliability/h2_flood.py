@@ -442,7 +442,8 @@ class Run:
         stats_port, tls, ca_file = self.upstream("hostile")
         plain, _, _ = self.upstream("other")
         lanes = list(LANES) if a.lane == "both" else [a.lane]
-        print(f"h2_flood: {a.pairs} request-then-reset pairs (batches of {BATCH}) for at most {a.seconds:g} s per lane, "
+        print(f"h2_flood: {a.pairs} request-then-reset pairs (batches of {BATCH}) "
+              f"for at most {a.seconds:g} s per lane, "
               f"lanes {', '.join(lanes)}; {os.cpu_count()} cores ({where}), load average {os.getloadavg()[0]:.1f}",
               flush=True)
         results = [self.lane(lane, plain, tls, ca_file, stats_port) for lane in lanes]
@@ -450,7 +451,8 @@ class Run:
             flood = result.flood
             calm = flood["goaways"].get(str(ENHANCE_YOUR_CALM), flood["goaways"].get(ENHANCE_YOUR_CALM, 0))
             print(f"\nlane {result.lane}")
-            print(f"  other client, quiet:        hits {result.quiet.summary('hits')}; misses {result.quiet.summary('misses')}")
+            print(f"  other client, quiet:        hits {result.quiet.summary('hits')}; "
+                  f"misses {result.quiet.summary('misses')}")
             print(f"  other client, during flood: hits {result.flooded.summary('hits')}; "
                   f"misses {result.flooded.summary('misses')}")
             print(f"  flood: {flood['pairs']} pairs over {flood['connections']} connections in "

@@ -258,7 +258,8 @@ class Run:
         problems += [f"stored incomplete: {t}" for t in incomplete]
         problems += [f"{damaged} damaged entries"] if damaged else []
         self.add(Row(f"kill -9 x{a.kills} (record)", len(acknowledged), len(problems),
-                     f"acknowledged {len(acknowledged)}, stored whole {len(acknowledged) - len(missing) - len(incomplete)}, "
+                     f"acknowledged {len(acknowledged)}, "
+                     f"stored whole {len(acknowledged) - len(missing) - len(incomplete)}, "
                      f"missing {len(missing)}, incomplete {len(incomplete)}, damaged entries {damaged}"), problems)
 
     # 3. fuzz -----------------------------------------------------------------------------------
@@ -328,7 +329,8 @@ class Run:
         a = self.args
         store = mount / "store"
         # strict validity: every 200 of the upstream counts as real, so each answer is its body
-        proxy = self.proxy(store, "--mode", mode, "--validity", "strict", "--confdir", str(self.workdir / f"certs-{mode}"))
+        proxy = self.proxy(store, "--mode", mode, "--validity", "strict",
+                           "--confdir", str(self.workdir / f"certs-{mode}"))
         targets = [f"/v1/full/{mode}/item{i}?pad={'x' * 1000}" for i in range(a.disk_requests)]
         result = self.load(proxy.port, targets, count=len(targets), concurrency=8,
                            source=b"upstream", allow=(507,) if mode == "record" else ())
@@ -347,11 +349,13 @@ class Run:
             lost = [targets[i] for i in result.acknowledged if stored.get(base + targets[i]) != body_for(targets[i])]
             problems += [f"acknowledged, not stored whole: {t}" for t in lost]
             problems += [] if refused else ["the disk never filled: raise --disk-requests"]
-            problems += [] if code != 0 and "could not flush" in output else [f"shutdown exit {code} without a flush error"]
+            problems += ([] if code != 0 and "could not flush" in output
+                         else [f"shutdown exit {code} without a flush error"])
             figures = (f"200 (all stored whole: {not lost}) {len(result.acknowledged)}, 507 {refused}; ")
         else:
             problems += [] if result.unstored else ["the disk never filled: raise --disk-requests"]
-            figures = f"answered {sum(result.statuses.values())}/{len(targets)}, marked X-Stb-Stored: no {result.unstored}; "
+            figures = (f"answered {sum(result.statuses.values())}/{len(targets)}, "
+                       f"marked X-Stb-Stored: no {result.unstored}; ")
         problems += [] if failed_writes else [f"stats shows no failed writes ({stats.stderr.strip()[:200]})"]
         allowed_lines = 3 + result.seconds / LOG_INTERVAL  # the first failure, then one line per interval
         problems += [] if log_lines <= allowed_lines else [f"{log_lines} log lines about failed writes"]

@@ -93,14 +93,17 @@ def places(rng: random.Random) -> list[Place]:
         Place("cookie", "GET", "/p?q=5", (("Cookie", f"theme=dark; sid={s['cookie']}"),), b"", ((s["cookie"], ()),)),
         Place("json", "POST", "/p", (JSON_TYPE,), json.dumps({"q": 6, "api_key": s["json"]}).encode(),
               ((s["json"], (json.dumps(s["json"])[1:-1],)),)),
-        Place("json-u-escaped", "POST", "/p", (JSON_TYPE,), json_u.encode(), ((s["json_u"], (_u_escaped(s["json_u"]),)),)),
+        Place("json-u-escaped", "POST", "/p", (JSON_TYPE,), json_u.encode(),
+              ((s["json_u"], (_u_escaped(s["json_u"]),)),)),
         Place("json-duplicate", "POST", "/p", (JSON_TYPE,), dup.encode(),
-              ((s["dup_first"], (json.dumps(s["dup_first"])[1:-1],)), (s["dup_last"], (json.dumps(s["dup_last"])[1:-1],)))),
+              ((s["dup_first"], (json.dumps(s["dup_first"])[1:-1],)),
+               (s["dup_last"], (json.dumps(s["dup_last"])[1:-1],)))),
         Place("json-nested", "POST", "/p", (JSON_TYPE,),
               json.dumps({"auth": {"credentials": {"password": s["nested"]}}, "q": 7}).encode(), ((s["nested"], ()),)),
         Place("form", "POST", "/p", (FORM_TYPE,), urlencode({"q": "8", "password": s["form"]}).encode(),
               ((s["form"], (quote_plus(s["form"]),)),)),
-        Place("form-not-utf8", "POST", "/p", (FORM_TYPE,), b"city=S\xe3o&" + urlencode({"token": s["form_bytes"]}).encode(),
+        Place("form-not-utf8", "POST", "/p", (FORM_TYPE,),
+              b"city=S\xe3o&" + urlencode({"token": s["form_bytes"]}).encode(),
               ((s["form_bytes"], (quote_plus(s["form_bytes"]),)),)),
         Place("text-plain", "POST", "/p", (("Content-Type", "text/plain"),),
               f"please use api_key={s['text']} for this".encode(), ((s["text"], ()),)),
@@ -275,7 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
                 extra.append((f"X-Echo-{n}", encoded) if form == "header-value" else (f"X-{encoded}", str(n)))
         else:
             text = " | ".join(WRITERS[form](value) for value in values)
-        payload = ('{"error": "", "note": "you called with", "you_sent": "' + text + '"}').encode("utf-8", "surrogateescape")
+        answer = '{"error": "", "note": "you called with", "you_sent": "' + text + '"}'
+        payload = answer.encode("utf-8", "surrogateescape")
         self._answer(401 if form == "raw" else 200, payload, extra)
 
     def _answer(self, status: int, payload: bytes, extra: list[tuple[str, str]] = ()) -> None:
