@@ -160,6 +160,7 @@ class Engine:
         # Hits decoded once and answered from memory after: stored entries are only
         # written on a miss (or in record mode, which never reads), so none goes stale.
         self._hits: OrderedDict[str, Answer] = OrderedDict()
+        self._replies: Recent[tuple[Answer, Answer]] = Recent(HIT_CACHE_ENTRIES)  # hits as their clients read them
         self.misses: list[dict] = []  # replay misses with their explanation, for reports
         self._refreshed: dict[str, float] = {}  # key -> when the real API was last asked again
         # Routing and keying a request is pure: equal requests (every header and byte alike)
@@ -271,7 +272,17 @@ class Engine:
             answer = self._unstored(answer)
         # in the shape its client reads (a /virtual answer object), once all is recorded
         reply = kind.client_reply(call, answer.response, answer.source, answer.meta)
-        return answer if reply is answer.response else replace(answer, response=reply)
+        return answer if reply is answer.response else self._replied(answer, reply)
+
+    def _replied(self, answer: Answer, reply: Response) -> Answer:
+        """``answer`` with the response its client reads: for a hit made once while the hit
+        and its reply stay the same objects (a kind makes a hit's reply once too)."""
+        if answer.source is not Source.CACHE:
+            return replace(answer, response=reply)
+        known = self._replies.get(answer.key)
+        if known is not None and known[0] is answer and known[1].response is reply:
+            return known[1]
+        return self._replies.put(answer.key, (answer, replace(answer, response=reply)))[1]
 
     def _played(self, call: Call, played: Played) -> Answer:
         """A recorded answer served again, as a hit on the entry (or copy) that holds it."""

@@ -183,6 +183,27 @@ def test_toolbench_upstream_gets_the_call_and_failures_go_to_the_simulator(tmp_p
     assert TOOLBENCH_KEY.encode() not in raw
 
 
+def test_a_hit_is_answered_with_the_same_reply_object_while_its_answer_stays(tmp_path, upstream):
+    """The front end builds a hit's response once and reuses it while the engine answers with
+    the very same object (mitm/flows.py: Prebuilt): so repeated /virtual hits must get one
+    reply object, the answer object made once."""
+    async def main(store):
+        client = Upstream(UpstreamConfig(timeout=5))
+        engine = virtual_engine(store, client, EngineConfig(), weather_catalog(upstream.base))
+        try:
+            asked = [await engine.handle(own_request(weather_call('{"city": "Lima"}')), "s") for _ in range(3)]
+            other = await engine.handle(own_request(weather_call('{"city": "Quito"}')), "s")
+            return asked, other
+        finally:
+            await client.aclose()
+
+    with Store(tmp_path / "s") as store:
+        (miss, hit, again), other = asyncio.run(main(store))
+    assert (miss.source, hit.source, again.source) == (Source.UPSTREAM, Source.CACHE, Source.CACHE)
+    assert again is hit and again.response is hit.response
+    assert seen(hit).document == seen(miss).document and other.response is not hit.response
+
+
 def test_replay_miss_over_virtual_explains_itself(tmp_path):
     with Store(tmp_path / "s") as store:
         (reply,) = run_virtual(store, weather_catalog(None), [weather_call('{"city": "Oslo"}')], mode=Mode.REPLAY)
