@@ -20,6 +20,7 @@ from stbproxy.stb.traffic import StableToolBench
 from stbproxy.stb.virtual_calls import VirtualReply, VirtualUpstream, may_be_virtual_call, own_virtual_path, parse
 from stbproxy.store.embedded import Store
 from stbproxy.upstream import Upstream, UpstreamConfig
+from stbproxy.workers.link import call_from_wire, call_to_wire
 from tests.own_virtual import ask, own_request, seen, virtual_engine
 from tests.servers import ProxyProcess
 
@@ -232,6 +233,20 @@ def test_full_function_name_as_api_name_meets_the_same_entry(tmp_path, upstream)
         assert call.key == uncataloged.virtual_call(parse(body(api_name="Songkick concert")), DEFAULT_RULES).key
     assert (by_name.source, by_function.source) == ("upstream", "cache")
     assert upstream.hits["/echo/Rome"] == 1
+
+
+def test_a_call_named_by_a_cut_function_name_crosses_the_workers_link_and_keeps_its_doc():
+    """A function name agents see is cut at 64 characters, so the call's key names another API
+    than the catalog's doc; the doc's name travels with the call, also to the primary worker
+    (serve --workers), where a miss is answered and the simulator reads the doc."""
+    doc = ApiDoc(category="Data", tool="Weather Forecast Tool", method="GET",
+                 api="Get the hourly forecast for a city by its name and country code please")
+    stb = StableToolBench(Catalog([doc]), VirtualUpstream())
+    call = stb.virtual_call(parse(body(category="Data", tool_name="Weather Forecast Tool",
+                                       api_name=doc.function_name)), DEFAULT_RULES)
+    assert call.api != doc.ref and stb.describe(call) is doc
+    crossed = call_from_wire(json.loads(json.dumps(call_to_wire(call))))
+    assert crossed.key == call.key and stb.describe(crossed) is doc
 
 
 def test_no_keyless_rapidapi_call_goes_out(tmp_path, upstream):

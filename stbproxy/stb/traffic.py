@@ -63,7 +63,9 @@ from stbproxy.traffic.seam import BaseKind, Call, Judged, Reply
 NAME = "stb"
 SENT_NAMES = "sent"  # Call.facts: a /virtual call's category, tool_name and api_name as its client wrote them
 SERVER_REPLY = "stb-server"  # Call.reply_format of a call answered by a StableToolBench server
-DOC_REF = "doc"  # Call.facts: the catalog's ref of the API, when the call's key names it otherwise
+# Call.facts: the catalog's ref of the API as [category, tool, api] (facts cross the workers'
+# link as JSON), when the call's key names it otherwise
+DOC_REF = "doc"
 REPLIES_KEPT = 2048  # the client replies of recent hits, each made once while its answer stays the same
 
 
@@ -162,7 +164,7 @@ class StableToolBench(BaseKind):
             ref = ApiRef(*server_names(request.category, request.tool_name, request.api_name))
             key_args = request.args
             if doc is not None and doc.ref != ref:
-                facts[DOC_REF] = doc.ref
+                facts[DOC_REF] = [doc.ref.category, doc.ref.tool, doc.ref.api]
         elif doc is not None:
             ref, key_args = doc.ref, doc.key_args(request.args)
         else:  # unknown API: still keyed by its standardized names, so it caches
@@ -248,7 +250,8 @@ class StableToolBench(BaseKind):
         """The catalog's doc of the call's API (found by name, else by routing its request)."""
         if self.catalog is None:
             return None
-        ref = call.facts.get(DOC_REF) or call.api
+        named = call.facts.get(DOC_REF)
+        ref = ApiRef(*named) if named else call.api
         doc = self.catalog.get(ref) if ref is not None else None
         if doc is None:
             match = self.catalog.route(call.request.method, call.request.url, call.request.headers)
