@@ -24,7 +24,8 @@ def conversation_api_of(method: str, path: str, body: Any) -> str | None:
         return CHAT
     if path.endswith("/responses") and isinstance(body, dict):
         return RESPONSES
-    if path.endswith("/messages") and isinstance(body, dict) and "model" in body and isinstance(body.get("messages"), list):
+    if (path.endswith("/messages") and isinstance(body, dict) and "model" in body
+            and isinstance(body.get("messages"), list)):
         return MESSAGES
     return None
 

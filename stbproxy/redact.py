@@ -53,7 +53,8 @@ def redact_response(response: Response, secrets: frozenset[str]) -> Response:
     """The response with every secret scrubbed from its body and its header fields, names
     included (an upstream may echo a key as a header's name)."""
     headers: Headers = tuple(
-        (scrub_text(name, secrets), REDACTED if name.lower() in _RESPONSE_SECRET_HEADERS else scrub_text(value, secrets))
+        (scrub_text(name, secrets),
+         REDACTED if name.lower() in _RESPONSE_SECRET_HEADERS else scrub_text(value, secrets))
         for name, value in response.headers
     )
     return replace(response, headers=headers, body=scrub(response.body, secrets))

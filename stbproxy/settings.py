@@ -69,7 +69,8 @@ class Settings:
     mcp: tuple[str, ...] = ()  # NAME=URL: MCP servers answered at the proxy's own /mcp/NAME
     session: str | None = None  # for requests that name none; None: one per run
     cassette: Path | None = None  # replay this cassette instead of the store
-    ordered: bool = False  # the n-th request with a key gets the n-th answer (of the cassette, or of the session's namesake)
+    # the n-th request with a key gets the n-th answer (of the cassette, or of the session's namesake)
+    ordered: bool = False
     fork: str | None = None  # SESSION@K: every other session starts as a fork of this recorded one
     update: bool = False  # verify mode: a changed real answer replaces the stored one
     drift_ignore: tuple[str, ...] = ()  # verify mode: rules for what differs on every call

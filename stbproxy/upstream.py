@@ -291,7 +291,8 @@ async def _read_whole(reply: httpx.Response, limit: int, request: Request) -> by
 
 def _too_large(limit: int, url: str, detail: str) -> UpstreamError:
     return UpstreamError(f"the upstream's answer is larger than the limit of {limit:,} bytes (--max-upstream-body)"
-                         f"{detail}; it was not read further, passed on or stored: {url}", failure=UpstreamFailure.TOO_LARGE)
+                         f"{detail}; it was not read further, passed on or stored: {url}",
+                         failure=UpstreamFailure.TOO_LARGE)
 
 
 # -- content codings ------------------------------------------------------------------------

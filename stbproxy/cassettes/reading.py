@@ -122,11 +122,13 @@ def parse_cassette_text(text: str, name: str) -> dict:
             data = yamlserializer.deserialize(text)
         except yaml_text.ConstructorError as exc:
             raise InputError(f"{name}: refused an unsafe or unknown YAML tag "
-                             f"({one_line(exc.problem or str(exc))}{yaml_text.where(exc)}); nothing was constructed") from exc
+                             f"({one_line(exc.problem or str(exc))}{yaml_text.where(exc)}); "
+                             "nothing was constructed") from exc
         except yaml_text.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at_end = "end of stream" in str(exc) or (mark is not None and mark.line >= text.rstrip().count("\n"))
-            raise InputError(f"{name}: " + (_TRUNCATED if at_end else "") + f"invalid YAML: {one_line(str(exc))}") from exc
+            raise InputError(f"{name}: " + (_TRUNCATED if at_end else "")
+                             + f"invalid YAML: {one_line(str(exc))}") from exc
     if isinstance(data, list) and data and isinstance(data[0], dict) and "request" in data[0]:
         raise InputError(f"{name}: a cassette from vcrpy before 1.0 (no version); re-record it or migrate it "
                          "with python -m vcr.migration")

@@ -106,7 +106,8 @@ def _print_report(report, store: Path) -> None:
     rows = report.operations
     width = max(len("operation"), *(len(r.operation) for r in rows))
     click.echo(f"OpenAPI drift in {store}: {_count(len(rows), 'operation')}")
-    click.echo(f"{'operation':<{width}}  {'stored':>6}  {'real':>5}  {'broke':>5}  {'sim.':>5}  {'broke':>5}  method path")
+    click.echo(f"{'operation':<{width}}  {'stored':>6}  {'real':>5}  {'broke':>5}  {'sim.':>5}  "
+               f"{'broke':>5}  method path")
     for r in rows:
         click.echo(f"{r.operation:<{width}}  {r.stored:>6}  {r.real:>5}  {r.real_broken:>5}  {r.simulated:>5}  "
                    f"{r.simulated_broken:>5}  {r.method} {r.path}")

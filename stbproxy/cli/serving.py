@@ -75,8 +75,8 @@ def _click_option(setting: Setting, cli: Cli) -> Callable[[FC], FC]:
     elif cli.value_type == "bytes":
         kwargs["type"] = ByteSize()
     elif cli.value_type in ("file", "folder"):
-        kwargs["type"] = click.Path(exists=cli.exists, file_okay=cli.value_type == "file", dir_okay=cli.value_type == "folder",
-                                    path_type=Path if cli.path_type else None)
+        kwargs["type"] = click.Path(exists=cli.exists, file_okay=cli.value_type == "file",
+                                    dir_okay=cli.value_type == "folder", path_type=Path if cli.path_type else None)
     return click.option(*declarations, **kwargs)
 
 

@@ -232,7 +232,8 @@ def sessions(store, as_json, shared):
         fork = row["fork"]
         if fork:
             stopped = f"; stopped early at {fork['stopped']}" if fork["stopped"] else ""
-            click.echo(f"  {row['name']}: fork of {fork['from']}@{fork['at']}, {fork['replayed']} calls replayed{stopped}")
+            click.echo(f"  {row['name']}: fork of {fork['from']}@{fork['at']}, "
+                       f"{fork['replayed']} calls replayed{stopped}")
         for tool in row["mcp_tools"]:
             sources = ", ".join(f"{source} {n}" for source, n in sorted(tool["by_source"].items()))
             click.echo(f"  {row['name']}: MCP {tool['server']} {tool['tool']}: {tool['calls']} calls ({sources})")
@@ -270,8 +271,10 @@ FORGETTABLE_SOURCES = ("upstream", "simulated", "imported")
 @click.option("--session", default=None, metavar="NAME", help="Forget the entries this session's log points at.")
 @click.option("--key", "keys", multiple=True, metavar="PREFIX",
               help="Forget entries whose store key starts with PREFIX (or matches it as a glob; repeatable).")
-@click.option("--older-than", default=None, metavar="AGE", help="Forget entries stored more than AGE ago (30m, 12h, 7d).")
-@click.option("--newer-than", default=None, metavar="AGE", help="Forget entries stored less than AGE ago (30m, 12h, 7d).")
+@click.option("--older-than", default=None, metavar="AGE",
+              help="Forget entries stored more than AGE ago (30m, 12h, 7d).")
+@click.option("--newer-than", default=None, metavar="AGE",
+              help="Forget entries stored less than AGE ago (30m, 12h, 7d).")
 @click.option("--dry-run", is_flag=True, help="List what would be forgotten, and forget nothing.")
 @click.option("-y", "--yes", is_flag=True, help=f"Do not ask before forgetting more than {FEW} entries.")
 @shared_option

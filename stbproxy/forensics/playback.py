@@ -99,7 +99,8 @@ class Recordings:
             try:
                 exchange = self.store.get(key)
             except StbError as exc:
-                log.warning("stbproxy: session %s, record %s: %s; left out of its playback", name, record.get("seq"), exc)
+                log.warning("stbproxy: session %s, record %s: %s; left out of its playback",
+                            name, record.get("seq"), exc)
                 continue
             if exchange is None:
                 continue  # forgotten since: nothing to play

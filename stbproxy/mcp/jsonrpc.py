@@ -118,7 +118,8 @@ def answer_of(body: bytes) -> dict | None:
 
 # How servers write an answer's head (``{"jsonrpc":"2.0","id":7,"result"``): found by one
 # match, where the general scan below walks the object byte by byte.
-ANSWER_HEAD = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*"|null)\s*,\s*"(?:result|error)"')
+ANSWER_HEAD = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*"|null)'
+                         rb'\s*,\s*"(?:result|error)"')
 
 
 def with_id(text: bytes, new_id: Any) -> bytes:

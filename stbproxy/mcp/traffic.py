@@ -313,7 +313,8 @@ class Mcp(BaseKind):
                 call.facts["server"], _session_of(call), call.request.body):
             return Response(202, JSON, b""), 0.0  # it answers a question the proxy replayed: never the server's
         if not call.keep and self._unopened(call):
-            raise UpstreamError("the session the store opened has no session at the server yet", failure=UpstreamFailure.DEFERRED)
+            raise UpstreamError("the session the store opened has no session at the server yet",
+                                failure=UpstreamFailure.DEFERRED)
         if call.streams:
             return await self.sessions.send_in_open_session(_upstream_of(call), send)
         channel = call.facts.get(LIVE)

@@ -4,8 +4,9 @@ checked against the schema documented for their status (a mismatch is drift: kep
 recorded, or invalid under ``--validity schema``; a status documented without a body is a
 valid answer without one, and a 4xx the operation lists is a real answer), and its misses
 are simulated in the documented status, media type and shape (answers.py), or, for a
-request that breaks the document, answered as the document's validation would (validate.py). A request to a documented server that matches
-no operation keeps its plain HTTP key; with its API down it gets a 404 or 405."""
+request that breaks the document, answered as the document's validation would (validate.py).
+A request to a documented server that matches no operation keeps its plain HTTP key; with
+its API down it gets a 404 or 405."""
 
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 
 
 class Broken(NamedTuple):
-    part: str  # what is at fault: "security" (no credential), "request" (a parameter or the body), "media" (a body type not taken)
+    # what is at fault: "security" (no credential), "request" (a parameter or the body),
+    # "media" (a body type not taken)
+    part: str
     rule: str  # what is broken, with where: "query parameter 'limit': 'x' is not of type 'integer'"
 
 

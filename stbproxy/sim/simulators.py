@@ -3,9 +3,10 @@
 A simulator gives an answer for a call that the real API could not answer.
 ``LlmSimulator`` (llm_simulator.py, the only importer of openai) asks an OpenAI-compatible
 model to play the API, in stbproxy's prompt (``llm``), in the one StableToolBench's trained
-MirrorAPI model expects (``mirrorapi``), or in a template of the user's (dialects.py). ``SchemaSimulator`` builds a deterministic answer from the API's
-documented answer schema (from_schema.py) or ``template_response``, with no network at all. ``OffSimulator`` refuses. All see a call
-through call_facts.py: redacted, and never its headers.
+MirrorAPI model expects (``mirrorapi``), or in a template of the user's (dialects.py).
+``SchemaSimulator`` builds a deterministic answer from the API's documented answer schema
+(from_schema.py) or ``template_response``, with no network at all. ``OffSimulator``
+refuses. All see a call through call_facts.py: redacted, and never its headers.
 """
 
 from __future__ import annotations

@@ -351,7 +351,8 @@ def report_lines(experiment: Experiment) -> list[str]:
     for level in LEVELS:
         for label, setting in (("simulator", "schema"), ("off", "off")):
             sources = experiment.results[level, setting].sources
-            lines.append(f"  {100 * level:>3.0f}% {label:<9} " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
+            lines.append(f"  {100 * level:>3.0f}% {label:<9} "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
     lines += _invalid_with_simulator(experiment)
     lines.append("")
     lines += [f"{'PASS' if ok else 'FAIL'}: {text}" for ok, text in experiment.checks()]

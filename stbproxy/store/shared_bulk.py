@@ -93,7 +93,8 @@ class SharedBulk:
         try:
             return fn(*args, **kwargs)
         except FAILURES as exc:
-            raise StoreError(f"shared tier {self.url.redacted}: {self.url.scrub(str(exc)) or type(exc).__name__}") from exc
+            raise StoreError(f"shared tier {self.url.redacted}: "
+                             f"{self.url.scrub(str(exc)) or type(exc).__name__}") from exc
 
     # entries -----------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
