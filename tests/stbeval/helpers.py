@@ -31,7 +31,8 @@ def converted_entry(query: str, final_text: str | None = "done", *, finish: bool
                                                                   "final_answer": f"{final_text}{marker}"}
     final_answer = json.dumps(args) if (finish and final_text is not None) or give_up else ""
     last = node("tool", {"name": "Finish", "arguments": final_answer, "response": ""}) if finish else \
-        node("tool", {"name": "get_thing_for_tool", "arguments": "{}", "response": "{\"error\": \"\", \"response\": \"x\"}"})
+        node("tool", {"name": "get_thing_for_tool", "arguments": "{}",
+                      "response": "{\"error\": \"\", \"response\": \"x\"}"})
     tree = [node("system", "", node("user", "", node("tool", {"name": "get_thing_for_tool", "arguments": "{}",
                                                              "response": "{\"error\": \"\", \"response\": \"ok\"}"},
                                                     node("assistant", f"thinking{marker}", last))))]

@@ -100,7 +100,8 @@ def test_invalid_dfs_answers_walk_a_seeded_path():
                                    ("c1",)}
     finish_path = next(s for s in paths.values() if s[-1] == "Finish")
     assert finish_path  # Action + Action Input merge into one tool node
-    answer = next(convert_raw(_dfs_raw(False), qid="42", method="DFS", seed=s) for s in paths if paths[s] == finish_path)
+    answer = next(convert_raw(_dfs_raw(False), qid="42", method="DFS", seed=s)
+                  for s in paths if paths[s] == finish_path)
     # The path gave up, and the answer field is empty: Unsolved without a judge either way.
     assert precheck(answer) == "empty final answer"
 

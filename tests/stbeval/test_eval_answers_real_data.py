@@ -45,7 +45,8 @@ def test_reference_answers_load_for_every_group(stb, group):
     loaded = load_answers(stb / "reference_answers_gpt-3.5-turbo_CoT" / f"{group}.json")
     answers = loaded.by_group[group]
     assert len(answers) == 100
-    assert all(isinstance(a, Answer) for a in answers.values()), [str(a) for a in answers.values() if isinstance(a, Problem)]
+    problems = [str(a) for a in answers.values() if isinstance(a, Problem)]
+    assert all(isinstance(a, Answer) for a in answers.values()), problems
     # Their tool messages are dicts written out as text; Finish is still recognised.
     finished = [a for a in answers.values() if precheck(a) is None]
     assert 20 < len(finished) < 100

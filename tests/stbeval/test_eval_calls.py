@@ -171,7 +171,8 @@ def test_order_free_accuracy_forgives_order_and_extra_calls_are_listed():
     detail = calls_report.query_detail(q)
     assert detail["extra_run_calls"] == [{"position": 4, "got": {"api": "d_for_t", "arguments": {}}}]
     assert detail["calls"][0]["differences"] == [{"part": "api", "reference": "a_for_t", "got": "b_for_t"}]
-    with pytest.raises(AssertionError, match=r"33\.3% is below the minimum 100\.0% \(1 of 3 golden calls matched in order\)"):
+    with pytest.raises(AssertionError,
+                       match=r"33\.3% is below the minimum 100\.0% \(1 of 3 golden calls matched in order\)"):
         assert_call_accuracy(run, reference)
 
 
@@ -257,7 +258,8 @@ def test_reference_style_answers_read_calls_from_cut_dict_text(tmp_path):
     cut = reference_entry("Summarise this text.", [("summarise_for_words", long_args)], "a summary")
     source = write_json(tmp_path / "G1_instruction.json", {"7": short, "8": cut})
     answers = load_answers(source).by_group[GROUP]
-    assert [(c.api, c.arguments) for c in calls_of(answers["7"])] == [("vin_lookup_for_cars", {"vin": v}) for v in ("A1", "B2")]
+    expected = [("vin_lookup_for_cars", {"vin": v}) for v in ("A1", "B2")]
+    assert [(c.api, c.arguments) for c in calls_of(answers["7"])] == expected
     (unreadable,) = calls_of(answers["8"])
     assert unreadable.api == "summarise_for_words" and unreadable.arguments is None
     assert unreadable.unreadable == "cut short in the source"

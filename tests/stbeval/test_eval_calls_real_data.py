@@ -55,7 +55,8 @@ def test_changed_arguments_in_3_of_12_queries_give_75_with_those_3_named(pipelin
     # 12 reference calls, one per query; 9 made the same way. Final answers are unchanged.
     assert row(result.stdout) == [GROUP, "12", "12", "12", "12", "75.0", "75.0", "100.0", "0", "0"]
     assert ("Calls differ (see details/): 3 queries\n"
-            "  G1_instruction 2121, call 1 world_ranking_for_live_golf_data: argument:year: reference '2023', got '2022'\n"
+            "  G1_instruction 2121, call 1 world_ranking_for_live_golf_data: argument:year: "
+            "reference '2023', got '2022'\n"
             "  G1_instruction 2213, call 1 leaguenextmatches_for_rugbyapi2: argument:page: reference '2', got '1'\n"
             "  G1_instruction 608, call 1 get_channel_clips_for_kick_com_api_kick_api: argument:channel_name: "
             "reference 'xqc', got 'gmhikaru'\n") in result.stdout
@@ -90,8 +91,9 @@ def test_argument_order_value_types_and_secrets_do_not_matter(pipeline, tmp_path
 
 def test_a_volatile_field_is_left_out_when_asked(pipeline, tmp_path):
     folder, raws = pipeline
-    reference = write_run(tmp_path / "reference", {"608": with_arguments(raws["608"], "get_channel_clips_for_kick_com_api_kick_api",
-                                                                         '{"cursor": "17", "channel_name": "gmhikaru"}')})
+    reference = write_run(tmp_path / "reference",
+                          {"608": with_arguments(raws["608"], "get_channel_clips_for_kick_com_api_kick_api",
+                                                 '{"cursor": "17", "channel_name": "gmhikaru"}')})
     ids = ids_file(tmp_path, ["608"])
     plain = run_calls("--answers", folder, "--reference", reference, "--ids", ids, "--out", tmp_path / "a")
     assert row(plain.stdout)[5] == "0.0"
@@ -121,8 +123,8 @@ def test_an_unreadable_answer_file_is_a_missing_query_with_its_reason(pipeline, 
     folder, raws = pipeline
     run = write_run(tmp_path / "run_answers", raws)
     (run / GROUP / "588_CoT@1.json").write_text("{not json")
-    result = run_calls("--answers", run, "--reference", folder, "--ids", ids_file(tmp_path, raws), "--out", tmp_path / "o",
-                       "-v")
+    result = run_calls("--answers", run, "--reference", folder, "--ids", ids_file(tmp_path, raws),
+                       "--out", tmp_path / "o", "-v")
     assert row(result.stdout)[1:3] == ["12", "11"] and row(result.stdout)[8] == "1"
     assert "G1_instruction 588: " in result.stdout and "not valid JSON" in result.stdout
 
@@ -144,7 +146,8 @@ def test_data_example_dfs_against_cot(stb, tmp_path):
                              parse_finish(dfs_answers[q].final_answer)[1])["rougeL"].fmeasure for q in ("608", "1073")]
     assert row(result.stdout)[7] == f"{100 * sum(expected) / 2:.1f}"
     detail = json.loads((out / "details" / GROUP / "588.json").read_text())
-    assert detail["calls"][3]["differences"] == [{"part": "argument:id_artist", "reference": "lionel-messi", "got": "28003"}]
+    assert detail["calls"][3]["differences"] == [{"part": "argument:id_artist", "reference": "lionel-messi",
+                                                  "got": "28003"}]
     assert detail["rouge_l"] is None
 
 
@@ -171,7 +174,8 @@ def test_a_fresh_run_against_a_golden_cassette(pipeline, tmp_path):
     assert result.overall.accuracy == 100.0 and result.overall.rouge_l == 100.0
 
     drifted = write_json(tmp_path / "drifted" / "2121_CoT@1.json",
-                         with_arguments(raws["2121"], "world_ranking_for_live_golf_data", '{"year": "2023", "statid": "186"}'))
+                         with_arguments(raws["2121"], "world_ranking_for_live_golf_data",
+                                        '{"year": "2023", "statid": "186"}'))
     with pytest.raises(AssertionError) as failure:
         assert_call_accuracy(drifted, golden, minimum=90.0)
     assert str(failure.value) == (
@@ -183,7 +187,8 @@ def test_a_fresh_run_against_a_golden_cassette(pipeline, tmp_path):
 def test_golden_queries_the_run_lacks_fail_the_check_unless_allowed(pipeline, tmp_path):
     folder, raws = pipeline
     partial = write_run(tmp_path / "partial", {q: r for q, r in raws.items() if q != "3308"})
-    with pytest.raises(AssertionError, match=r"golden queries the run does not answer: query 3308 \(G1_instruction\) \(no answer\)"):
+    with pytest.raises(AssertionError,
+                       match=r"golden queries the run does not answer: query 3308 \(G1_instruction\) \(no answer\)"):
         assert_call_accuracy(partial, folder)
     result = assert_call_accuracy(partial, folder, allow_missing=True)
     assert result.overall.accuracy == 100.0 and len(result.overall.results) == 11

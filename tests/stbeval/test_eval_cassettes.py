@@ -76,7 +76,8 @@ def _call(name, args, call_id="c1"):
 def test_agent_without_finish_ends_with_its_last_message(tmp_path):
     history = [USER, _call("get_weather", {"city": "Oslo"}), {"role": "tool", "tool_call_id": "c1", "content": "rain"}]
     _write(tmp_path / "7.json", [_chat([USER], _call("get_weather", {"city": "Oslo"}), tools=[WEATHER]),
-                                 _chat(history, {"role": "assistant", "content": "It rains in Oslo."}, tools=[WEATHER])],
+                                 _chat(history, {"role": "assistant", "content": "It rains in Oslo."},
+                                       tools=[WEATHER])],
            jsonserializer)
     answer = load_answers(tmp_path).by_group[None]["7"]
     assert answer.finish_optional and answer.final_answer == "It rains in Oslo."

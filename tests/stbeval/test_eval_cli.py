@@ -31,7 +31,8 @@ def invoke(fake, *args):
 def files(tmp_path):
     answers = tmp_path / "answers" / "my_agent"
     write_json(answers / "G1_instruction.json", {"1": converted_entry("Q-one"), "2": converted_entry("Q-two")})
-    write_json(answers / "G1_tool.json", {"3": converted_entry("Q-three"), "4": converted_entry("Q-four", finish=False)})
+    write_json(answers / "G1_tool.json", {"3": converted_entry("Q-three"),
+                                          "4": converted_entry("Q-four", finish=False)})
     ids = tmp_path / "ids"
     write_json(ids / "G1_instruction.json", {"1": 0, "2": 0})
     write_json(ids / "G1_tool.json", {"3": 0, "4": 0})
@@ -146,7 +147,8 @@ def test_help_shows_complete_examples():
     runner = CliRunner()
     for command, example in [("pass-rate", "stbproxy eval pass-rate --answers"),
                              ("win-rate", "stbproxy eval win-rate --candidate"),
-                             ("solvable", "stbproxy eval solvable --queries"), ("report", "stbproxy eval report runs/")]:
+                             ("solvable", "stbproxy eval solvable --queries"),
+                             ("report", "stbproxy eval report runs/")]:
         result = runner.invoke(eval_group, [command, "--help"])
         assert result.exit_code == 0 and example in result.output
 
@@ -155,7 +157,8 @@ def test_bad_input_gets_clear_messages(fake_openai, files, tmp_path):
     answers, _ = files
     bad_ids = tmp_path / "bad.json"
     bad_ids.write_text("{oops")
-    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(bad_ids), "--out", str(tmp_path / "o"))
+    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(bad_ids),
+                    "--out", str(tmp_path / "o"))
     assert result.exit_code == 1 and "bad.json: not valid JSON" in result.stderr
     template = tmp_path / "t.txt"
     template.write_text("<function><name>check_answer_status</name><description>{nope}</description></function>")
@@ -170,12 +173,13 @@ def test_unknown_and_missing_ids_are_named(fake_openai, files, tmp_path):
     answers, _ = files
     ids = write_json(tmp_path / "ids2" / "G1_instruction.json", {"1": 0, "99": 0})
     fake_openai.handler = Script(LABELS, trace=TRACE)
-    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"),
-                    "--method", "agent-v1.5")
+    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids),
+                    "--out", str(tmp_path / "o"), "--method", "agent-v1.5")
     assert result.exit_code == 0
     assert "warning: G1_instruction: 1 of 2 ids have no usable answer, counted as Unsolved" in result.stderr
     assert "query 99" not in result.stderr
-    assert "query 99 (G1_instruction): no answer" in json.loads((tmp_path / "o" / "summary.json").read_text())["problems"]
+    problems = json.loads((tmp_path / "o" / "summary.json").read_text())["problems"]
+    assert "query 99 (G1_instruction): no answer" in problems
     assert "warning: query 2: answer for an id not in the ids of G1_instruction; ignored" in result.stderr
     assert ["agent-v1.5", "50.0±0.0", "50.0±0.0"] in table_rows(result.stdout)  # id 99 counts as Unsolved
     detail = json.loads((tmp_path / "o" / "details" / "G1_instruction_agent-v1.5.json").read_text())
@@ -185,7 +189,8 @@ def test_unknown_and_missing_ids_are_named(fake_openai, files, tmp_path):
 def test_refusing_endpoint_stops_with_a_message(fake_openai, files, tmp_path):
     answers, ids = files
     fake_openai.handler = lambda req: HttpError(401, "invalid api key")
-    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids), "--out", str(tmp_path / "o"))
+    result = invoke(fake_openai, "pass-rate", "--answers", str(answers), "--ids", str(ids),
+                    "--out", str(tmp_path / "o"))
     assert result.exit_code == 1
     assert "judge at http://127.0.0.1:" in result.stderr and "refused the call" in result.stderr
     assert "invalid api key" in result.stderr and "no score written" in result.stderr

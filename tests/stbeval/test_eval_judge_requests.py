@@ -193,7 +193,8 @@ Answer: {answer}
 
 
 def our_config(**kwargs: Any) -> dict[str, Any]:
-    label = {"type": "object", "properties": {"answer_status": {"type": "string", "enum": ["Solved", "Unsolved", "Unsure"]}},
+    label = {"type": "object",
+             "properties": {"answer_status": {"type": "string", "enum": ["Solved", "Unsolved", "Unsure"]}},
              "required": ["answer_status"]}
     functions = [{"name": name, "description": f"our {name}", "parameters": copy.deepcopy(label)}
                  for name in ("check_answer_status", "parse_answer_status")]

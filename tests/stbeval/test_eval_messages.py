@@ -36,7 +36,8 @@ def test_legacy_function_calls_take_the_result_that_follows():
         {"role": "function", "name": "look", "content": "one"},
         {"role": "assistant", "content": "", "function_call": {"name": "look", "arguments": '{"q": 2}'}},
         {"role": "function", "name": "look", "content": "two"},
-        {"role": "assistant", "content": "", "function_call": {"name": "Finish", "arguments": '{"return_type": "give_answer"}'}},
+        {"role": "assistant", "content": "",
+         "function_call": {"name": "Finish", "arguments": '{"return_type": "give_answer"}'}},
     ]
     result = read_steps(messages)
     assert tools_of(result) == [("look", '{"q": 1}', "one"), ("look", '{"q": 2}', "two"),
@@ -62,7 +63,8 @@ def test_a_legacy_call_without_its_result_does_not_take_a_later_one():
     ]
     assert tools_of(read_steps(messages)) == [("lost", "{}", ""), ("kept", "{}", "kept result")]
     # Results seen only after the conversation (a recording's HTTP log) fill the gaps in order.
-    late = read_steps(messages + [{"role": "assistant", "tool_calls": [call("z", "pending")]}], late_results=["L1", "L2"])
+    late = read_steps(messages + [{"role": "assistant", "tool_calls": [call("z", "pending")]}],
+                      late_results=["L1", "L2"])
     assert tools_of(late) == [("lost", "{}", "L1"), ("kept", "{}", "kept result"), ("pending", "{}", "L2")]
 
 
@@ -90,7 +92,8 @@ def test_text_beside_calls_is_a_thought_unless_asked_otherwise():
 
 def test_calls_of_and_text_of():
     message = {"role": "assistant", "content": None, "function_call": None,
-               "tool_calls": [call("a", "one", '{"k": 1}'), {"id": 5, "function": {"name": "two", "arguments": {"k": 2}}}]}
+               "tool_calls": [call("a", "one", '{"k": 1}'),
+                              {"id": 5, "function": {"name": "two", "arguments": {"k": 2}}}]}
     assert calls_of(message) == [Call("a", "one", '{"k": 1}'), Call(None, "two", '{"k": 2}')]
     assert calls_of({"role": "assistant", "function_call": {"name": "f"}}) == [Call(None, "f", "")]
     assert text_of({"content": None}) == "" and text_of({"content": "hi"}) == "hi"

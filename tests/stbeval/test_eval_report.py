@@ -42,7 +42,8 @@ def test_run_files_and_counts_table(tmp_path):
     summary = pass_summary("cot", {"G1_tool": (40.0, 2.0), "G1_category": (60.0, 0.0)})
     text = report.write_run(tmp_path, summary)
     assert (tmp_path / "table.md").read_text() == text
-    assert (tmp_path / "table.csv").read_text() == "Method,G1_category,G1_tool,Average\ncot,60.0±0.0,40.0±2.0,50.0±1.1\n"
+    assert (tmp_path / "table.csv").read_text() == ("Method,G1_category,G1_tool,Average\n"
+                                                    "cot,60.0±0.0,40.0±2.0,50.0±1.1\n")
     scores = (tmp_path / "scores.csv").read_text().splitlines()
     assert scores[0].startswith("method,group,mean,std,queries,run_0,run_1,run_2,Solved")
     assert scores[1].startswith("cot,G1_tool,40.0000,2.0000,10,40.0000")

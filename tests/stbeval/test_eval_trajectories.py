@@ -26,7 +26,8 @@ def _interaction(uri, request_body, status, response_body, content_type="applica
                     "body": request_body if request_body is None or isinstance(request_body, str)
                     else json.dumps(request_body)},
         "response": {"status": {"code": status, "message": "OK"}, "headers": {"Content-Type": [content_type]},
-                     "body": {"string": response_body if isinstance(response_body, str) else json.dumps(response_body)}},
+                     "body": {"string": response_body if isinstance(response_body, str)
+                              else json.dumps(response_body)}},
     }
 
 

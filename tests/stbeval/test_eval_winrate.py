@@ -115,7 +115,8 @@ def test_skip_policy_and_rerun(fake_openai, duel_files, tmp_path):
     # Round 2 of W-4 failed (HTTP 400): failures are asked again, nothing else is.
     assert fake_openai.calls == calls + 1
     assert judge.stats.reused == calls - 1
-    assert [d.rounds[:2] for d in again.duels["G1_instruction"]] == [d.rounds[:2] for d in first.duels["G1_instruction"]]
+    assert ([d.rounds[:2] for d in again.duels["G1_instruction"]]
+            == [d.rounds[:2] for d in first.duels["G1_instruction"]])
 
 
 def test_a_duel_whose_every_judgment_failed_counts_as_nothing_not_a_tie():

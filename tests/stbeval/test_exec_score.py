@@ -70,7 +70,8 @@ def test_items_lists_by_index_scalars_as_one_and_dropped_fields_out():
 # precision = |E| / |P|, recall = |E| / |L|, F1 = 2PR / (P + R).
 @pytest.mark.parametrize("why,prediction,label,p,r,f1", [
     ("the same", {"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}, 1, 1, 1),
-    ("one of six differs", dict(zip("abcdef", range(6))), {**dict(zip("abcdef", range(6))), "c": 9}, 5 / 6, 5 / 6, 5 / 6),
+    ("one of six differs", dict(zip("abcdef", range(6))), {**dict(zip("abcdef", range(6))), "c": 9},
+     5 / 6, 5 / 6, 5 / 6),
     ("a shorter list", {"0": "x", "1": "y"}, {"0": "x", "1": "y", "2": "z"}, 1, 2 / 3, 0.8),
     ("a longer one", {"0": "x", "1": "y", "2": "z", "3": "w"}, {"0": "x", "1": "y"}, 0.5, 1, 2 / 3),
     ("1 is not 1.0", {"a": 1}, {"a": 1.0}, 0, 0, 0),
