@@ -243,7 +243,8 @@ def _call_tool(web: requests.Session, item: Item, fn: dict[str, Any], tools: str
     return json.dumps({"error": "" if reply.ok else f"HTTP {reply.status_code}", "response": reply.text})
 
 
-def run_queries(script: Script, qids: list[str], *, threads: int = 2, **options: Any) -> dict[str, list[dict[str, Any]]]:
+def run_queries(script: Script, qids: list[str], *, threads: int = 2,
+                **options: Any) -> dict[str, list[dict[str, Any]]]:
     """Each query's conversation, run on ``threads`` threads at once."""
     with ThreadPoolExecutor(threads) as pool:
         done = pool.map(lambda qid: run_query(script.items[qid], **options), qids)
@@ -299,6 +300,7 @@ if __name__ == "__main__":  # python -m tests.pipeline_run FILE [pipeline|http]
 
     target = Path(sys.argv[1]).resolve()
     with tempfile.TemporaryDirectory() as folder:
-        made = record(Script.load(STB_DATA), Path(folder) / "store", variant=sys.argv[2] if len(sys.argv) > 2 else "pipeline")
+        made = record(Script.load(STB_DATA), Path(folder) / "store",
+                      variant=sys.argv[2] if len(sys.argv) > 2 else "pipeline")
         subprocess.run([sys.executable, "-m", "stbproxy", "export", "--session", made.session,
                         "--store", str(made.store), "-o", str(target)], check=True)

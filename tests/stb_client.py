@@ -28,7 +28,8 @@ for call in json.loads(sys.argv[1]):
     response = requests.post(service_url, json=payload, headers=headers, timeout=timeout)
     source = response.headers.get("X-Stb-Source")
     if response.status_code != 200:
-        observation = json.dumps({"error": f"request invalid, data error. status_code={response.status_code}", "response": ""})
+        observation = json.dumps({"error": f"request invalid, data error. status_code={response.status_code}",
+                                  "response": ""})
     else:
         try:
             observation = json.dumps(response.json())

@@ -337,6 +337,7 @@ def reference_entry(query: str, calls: list[tuple[str, str]], final_answer: str,
         tail = [{"role": "tool", "message": message, "next": tail}]
     tree = [{"role": "system", "message": "", "next": [{"role": "user", "message": query[:cut], "next": tail}]}]
     return {"query": query,
-            "available_tools": [{"name": n, "description": "", "parameters": {}} for n in dict.fromkeys(n for n, _ in steps)],
+            "available_tools": [{"name": n, "description": "", "parameters": {}}
+                                for n in dict.fromkeys(n for n, _ in steps)],
             "answer": {"method": "chatgpt_CoT", "total_steps": len(steps) + 2, "final_answer": finish,
                        "answer_details": tree}}

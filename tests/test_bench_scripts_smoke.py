@@ -66,7 +66,8 @@ def test_bench_mcp_quick():
 def test_bench_openapi_quick():
     out = run_script("bench_openapi.py", timeout=80)
     assert "as 'bench-tools': 1 operation" in out, out
-    assert re.search(r"CPU per hit at concurrency 16: OpenAPI operation [\d.]+ ms, plain HTTP [\d.]+ ms: [\d.]+", out), out
+    assert re.search(r"CPU per hit at concurrency 16: OpenAPI operation [\d.]+ ms, "
+                     r"plain HTTP [\d.]+ ms: [\d.]+", out), out
     assert "all answers checked" in out, out
 
 
@@ -125,7 +126,8 @@ def test_bench_stb_server_quick_with_a_checkout():
                            "--python", python], capture_output=True, text=True, timeout=230)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     for concurrency in (1, 16, 32):
-        assert re.search(rf"concurrency {concurrency}: stbproxy answers [\d.]+x StableToolBench's server's", done.stdout)
+        assert re.search(rf"concurrency {concurrency}: stbproxy answers [\d.]+x StableToolBench's server's",
+                         done.stdout)
     assert "all answers checked" in done.stdout, done.stdout
 
 
@@ -137,5 +139,6 @@ def test_bench_wrk_quick():
     out = run_script("bench_wrk.py", timeout=110)
     for path in ("plain", "virtual"):
         assert re.search(rf"^{path} +stbproxy +16 +\d+ +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M), out
-    assert re.search(r"concurrency 16: CPU per hit plain [\d.]+ ms, /virtual [\d.]+ ms: plain / virtual [\d.]+", out), out
+    assert re.search(r"concurrency 16: CPU per hit plain [\d.]+ ms, /virtual [\d.]+ ms: plain / virtual [\d.]+",
+                     out), out
     assert "all answers checked" in out, out

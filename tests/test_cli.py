@@ -120,7 +120,8 @@ def test_import_tools_builds_the_catalog_in_the_store(tmp_path, stb_data):
     (["--mode", "replay", "--refresh-simulated"],
      "stbproxy: error: --refresh-simulated: refreshing simulated answers needs mode virtual"),
     (["--session", "../x"], "stbproxy: error: --session: session name '../x' must use only"),
-    (["--secret-field", "x", "--volatile-field", "y", "--validity", "lenient"], "stbproxy: error: Invalid value for '--validity'"),
+    (["--secret-field", "x", "--volatile-field", "y", "--validity", "lenient"],
+     "stbproxy: error: Invalid value for '--validity'"),
     (["--upstream-proxy", "proxy.local:3128"], "stbproxy: error: --upstream-proxy: 'proxy.local:3128' is not a URL"),
     (["--toolbench-url", "/virtual"], "stbproxy: error: --toolbench-url: '/virtual' is not a URL such as http://"),
 ])

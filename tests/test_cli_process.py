@@ -96,10 +96,12 @@ def test_no_ready_line_and_one_error_line_for_everything_serve_cannot_open(tmp_p
         (["--store", str(tmp_path / "s" / next(names)), "--port", str(taken)],
          f"cannot listen on 127.0.0.1:{taken}: the port is in use", "--port"),
         (["--store", str(store)], f"the store at {store} is locked by another process", "another --store"),
-        (["--store", str(tmp_path / "s" / next(names)), "--catalog", str(catalog)], f"cannot read catalog {catalog}", "--catalog"),
-        (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(cassette)], "cannot replay the cassette:", "--cassette"),
-        (["--store", str(tmp_path / "a-file" / "store")], f"cannot create the store at {tmp_path / 'a-file' / 'store'}: "
-                                                          f"{tmp_path / 'a-file'} is a file", "--store"),
+        (["--store", str(tmp_path / "s" / next(names)), "--catalog", str(catalog)],
+         f"cannot read catalog {catalog}", "--catalog"),
+        (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(cassette)],
+         "cannot replay the cassette:", "--cassette"),
+        (["--store", str(tmp_path / "a-file" / "store")],
+         f"cannot create the store at {tmp_path / 'a-file' / 'store'}: {tmp_path / 'a-file'} is a file", "--store"),
         (["--store", "/proc/stbproxy/store"], "cannot create the store at /proc/stbproxy/store: /proc is the kernel's",
          "--store"),
         (["--store", "/sys/stbproxy"], "cannot create the store at /sys/stbproxy: /sys is the kernel's", "--store"),
@@ -107,14 +109,16 @@ def test_no_ready_line_and_one_error_line_for_everything_serve_cannot_open(tmp_p
          f"cannot keep the CA in {tmp_path / 'a-file' / 'ca'}", "--confdir"),
         (["--store", str(tmp_path / "s" / next(names)), "--cassette", str(REPO / "cassettes" / "weather_oslo.yaml"),
           "--report", str(tmp_path / "no-such-folder" / "r.json")], "cannot write", "does not exist"),
-        (["--store", str(tmp_path / "s" / next(names)), "--host", "10.9.8.7"], "refusing to listen on 10.9.8.7", "--proxy-auth"),
+        (["--store", str(tmp_path / "s" / next(names)), "--host", "10.9.8.7"],
+         "refusing to listen on 10.9.8.7", "--proxy-auth"),
         # an empty user name or password would admit 'Proxy-Authorization: Basic Og==': an open proxy
         *[(["--store", str(tmp_path / "s" / next(names)), "--host", "0.0.0.0", "--proxy-auth", empty],
            "--proxy-auth needs a user name and a password, neither of them empty", "--proxy-auth")
           for empty in (":", "u:", ":p")],
         (["--store", str(tmp_path / "s" / next(names)), "--proxy-auth", f"@{tmp_path / 'no-such.htpasswd'}"],
          f"--proxy-auth @{tmp_path / 'no-such.htpasswd'}: no such htpasswd file", "--proxy-auth"),
-        (["--store", str(tmp_path / "s" / next(names)), "--mode", "sometimes"], "Invalid value for '--mode'", "serve --help"),
+        (["--store", str(tmp_path / "s" / next(names)), "--mode", "sometimes"],
+         "Invalid value for '--mode'", "serve --help"),
         (["--store", str(tmp_path / "s" / next(names)), "--sessions", "x"], "No such option '--sessions'", "--session"),
     ]
     cases = [(["serve", *(["--port", "0"] if "--port" not in args else []), *args], says, fix)
@@ -188,7 +192,8 @@ NODE = textwrap.dedent("""
     const tunnel = http.request({host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: target.host});
     tunnel.on('connect', (res, socket) => {
       const s = tls.connect({socket, servername: 'localhost'}, () => {
-        s.write(`GET ${target.pathname}${target.search} HTTP/1.1\\r\\nHost: ${target.host}\\r\\nConnection: close\\r\\n\\r\\n`);
+        s.write(`GET ${target.pathname}${target.search} HTTP/1.1\\r\\nHost: ${target.host}\\r\\n` +
+                'Connection: close\\r\\n\\r\\n');
       });
       let data = ''; s.on('data', c => data += c); s.on('end', () => console.log('node ' + data.split(' ')[1]));
       s.on('error', e => { console.log('node error ' + e.message); process.exit(1); });

@@ -94,7 +94,8 @@ def test_a_changed_status_comes_first():
 
 def test_default_rules_leave_out_timestamps_and_request_ids():
     old = {"temp": 21, "observed_at": "2026-01-01T10:00:00Z", "meta": {"request_id": "a1", "when": "2026-01-01 10:00"}}
-    new = {"temp": 21, "observed_at": "2026-03-04T11:00:00+00:00", "meta": {"request_id": "b2", "when": "2026-02-02 12:30"}}
+    new = {"temp": 21, "observed_at": "2026-03-04T11:00:00+00:00",
+           "meta": {"request_id": "b2", "when": "2026-02-02 12:30"}}
     assert drift.compare(resp(old), resp(new), RULES).verdict == "same"
     assert drift.compare(resp(old), resp(new), drift.Rules.build(defaults=False)).verdict == "values"
     assert drift.compare(resp({"a": 1}), resp({"a": 1, "request_id": "x"}), RULES).verdict == "same"

@@ -31,7 +31,8 @@ def read_chunked(wire: bytes, piece: int = 0) -> tuple[bytes, bool]:
 @pytest.mark.parametrize("piece", [0, 1, 2, 3, 5])
 def test_valid_chunked_bodies_are_read_whole_however_they_arrive(piece):
     assert read_chunked(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", piece) == (b"hello world", True)
-    assert read_chunked(b"5;name=value\r\nhello\r\n0\r\nX-Trailer: 1\r\nX-Other: two\r\n\r\n", piece) == (b"hello", True)
+    assert read_chunked(b"5;name=value\r\nhello\r\n0\r\nX-Trailer: 1\r\nX-Other: two\r\n\r\n",
+                        piece) == (b"hello", True)
     assert read_chunked(b"A  \r\n0123456789\r\n0\r\n\r\n", piece) == (b"0123456789", True)
 
 

@@ -183,8 +183,8 @@ MISTAKES = {
     "bare-cr-in-value": (b"GET http://UP/c HTTP/1.1\r\nHost: UP\r\nX-A: a\rb\r\n\r\n", 400),
     "obs-fold": (b"GET http://UP/o HTTP/1.1\r\nHost: UP\r\nX-A: a\r\n b\r\n\r\n", 400),
     "nul-in-path": (b"GET http://UP/a\x00b HTTP/1.1\r\nHost: UP\r\n\r\n", 400),
-    "bad-chunk-size": (b"POST http://UP/b HTTP/1.1\r\nHost: UP\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
-                       400),
+    "bad-chunk-size": (b"POST http://UP/b HTTP/1.1\r\nHost: UP\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       b"zz\r\nab\r\n0\r\n\r\n", 400),
 }
 TOLERATED = {
     "chunked-with-trailer": b"POST http://UP/t HTTP/1.1\r\nHost: UP\r\nTransfer-Encoding: chunked\r\n\r\n"

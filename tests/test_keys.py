@@ -75,9 +75,11 @@ DIFFERENT = [
     ("key is not secret by default", get("http://h/p?key=1"), get("http://h/p?key=2"), "query:key"),
     ("key is not secret by default", get("http://h/p?key=1"), get("http://h/p?key=2"), "query:key"),
     ("json value", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":2}', "POST"), "json:a"),
-    ("json int vs string", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":"1"}', "POST"), "json:a"),
+    ("json int vs string", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", JSON, b'{"a":"1"}', "POST"),
+     "json:a"),
     ("form value", get("http://h/p", FORM, b"a=1", "POST"), get("http://h/p", FORM, b"a=2", "POST"), "form:a"),
-    ("raw bytes", get("http://h/p", body=b"\x00\x01", method="POST"), get("http://h/p", body=b"\x00\x02", method="POST"), "body"),
+    ("raw bytes", get("http://h/p", body=b"\x00\x01", method="POST"),
+     get("http://h/p", body=b"\x00\x02", method="POST"), "body"),
     ("body vs none", get("http://h/p", JSON, b'{"a":1}', "POST"), get("http://h/p", method="POST"), "body"),
 ]
 
@@ -162,7 +164,8 @@ def test_a_json_body_miss_names_the_fields_that_differ_not_the_whole_body():
     stored = canonical(get("http://h/p", JSON, json.dumps({"city": "Paris", "units": "metric", "api_key": "sk-1",
                                                           "filters": {"max": 3, "tags": ["a", "b"]}}).encode(), "POST"))
     incoming = canonical(get("http://h/p", JSON, json.dumps({"city": "Rome", "units": "metric", "api_key": "sk-2",
-                                                            "filters": {"tags": ["a", "c"]}, "page": 2}).encode(), "POST"))
+                                                            "filters": {"tags": ["a", "c"]}, "page": 2}).encode(),
+                             "POST"))
     found = {d.part: (d.expected, d.actual) for d in diff(stored, incoming)}
     assert found == {"json:city": ("Paris", "Rome"), "json:filters.max": ("3", "<absent>"),
                      "json:filters.tags[1]": ("b", "c"), "json:page": ("<absent>", "2")}
@@ -211,7 +214,8 @@ json_values = st.recursive(
 
 @settings(max_examples=200, deadline=None)
 @given(method=st.text(max_size=8), url=st.text(max_size=60), body=st.binary(max_size=64),
-       content_type=st.sampled_from([None, "application/json", "application/x-www-form-urlencoded", "text/plain", "@@"]),
+       content_type=st.sampled_from([None, "application/json", "application/x-www-form-urlencoded", "text/plain",
+                                     "@@"]),
        header_values=st.lists(st.text(max_size=10), max_size=3))
 def test_key_normalization_never_raises(method, url, body, content_type, header_values):
     headers = [("X-H", v) for v in header_values]

@@ -14,8 +14,8 @@ PACKAGE = ROOT / "stbproxy"
 LAYERS = {
     "errors": 1, "models": 1, "jsonsafe": 1, "recent": 1, "atomic_files": 1, "multipart": 1, "yaml_text": 1,
     "content_types": 1,
-    "keys": 2, "key_rules": 2, "canonical_parts": 2, "differences": 2, "redact": 2, "request_secrets": 2, "scrubbing": 2,
-    "traffic": 2, "kinds": 2, "mcp": 2, "openapi": 2, "json_schema": 2, "misses": 2,
+    "keys": 2, "key_rules": 2, "canonical_parts": 2, "differences": 2, "redact": 2, "request_secrets": 2,
+    "scrubbing": 2, "traffic": 2, "kinds": 2, "mcp": 2, "openapi": 2, "json_schema": 2, "misses": 2,
     "sessions": 2, "forgetting": 2, "provenance": 2, "stb": 2, "synthesis": 2, "forensics": 2,
     "store": 3, "client_env": 3, "sim": 3, "upstream": 3, "private_files": 3, "trust_bundle": 3, "stb_cache": 3,
     "engine": 4, "settings": 4, "serve_options": 4, "runtime": 4, "front": 4, "workers": 4, "cassettes": 4,

@@ -1,8 +1,9 @@
 """A session's GET stream through the proxy: what a server sends by itself (a list change)
 reaches the unmodified SDK client in every way in (the fast lane, HTTPS, mitmproxy's own
-lane, the local endpoint, a reader worker of serve --workers); a broken stream resumes with Last-Event-ID; the proxy closes the
-server's stream when the client leaves; without a server the stream is refused (405) as
-by a server that offers none; and nothing of a stream is kept."""
+lane, the local endpoint, a reader worker of serve --workers); a broken stream resumes
+with Last-Event-ID; the proxy closes the server's stream when the client leaves; without
+a server the stream is refused (405) as by a server that offers none; and nothing of a
+stream is kept."""
 
 from __future__ import annotations
 

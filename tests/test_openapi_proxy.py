@@ -97,7 +97,8 @@ def test_drift_is_kept_and_reported_by_check(tmp_path):
             get(proxy, f"{shop.base}/v1/pets?appid={KEY}")
     assert got.headers["X-Stb-Source"] == "upstream" and got.json()["status"] == "lost"  # kept, as the API said
     text = stbproxy("check", "--store", str(store))
-    assert "real drift: pet-shop/getPet: 1 of 1 real answers broke the schema; first: 200 /status: 'lost'" in text.stdout
+    assert ("real drift: pet-shop/getPet: 1 of 1 real answers broke the schema; "
+            "first: 200 /status: 'lost'") in text.stdout
     assert "undeclared parameters: pet-shop/getPet: debug" in text.stdout
     assert "never called (2): pet-shop/addPet, pet-shop/petPhoto" in text.stdout
     assert KEY not in text.stdout

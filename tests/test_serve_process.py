@@ -42,8 +42,8 @@ def test_a_ready_line_from_a_process_that_then_exits_is_not_believed(tmp_path):
 
 def test_a_log_line_that_mentions_listening_is_not_a_ready_line(tmp_path):
     port = free_port()
-    log_line = (f"print('12:00:01 WARNING mitmproxy: HTTP proxy listening on http://127.0.0.1:{port} (x)', flush=True); "
-                "import time; time.sleep(30)")
+    log_line = (f"print('12:00:01 WARNING mitmproxy: HTTP proxy listening on http://127.0.0.1:{port} (x)', "
+                "flush=True); import time; time.sleep(30)")
     process = Scripted(tmp_path, log_line)
     with pytest.raises(RuntimeError, match="did not start"):
         process.start(timeout=2)

@@ -22,7 +22,8 @@ def test_plain_names_are_kept(raw, safe):
     assert safe_session_name(raw) == safe
 
 
-@pytest.mark.parametrize("raw", ["../../etc/passwd", "has space", "ünïcode-名前", "a/b", "", "...", "x" * 300, "a\x00b"])
+@pytest.mark.parametrize("raw", ["../../etc/passwd", "has space", "ünïcode-名前", "a/b", "", "...", "x" * 300,
+                                 "a\x00b"])
 def test_odd_names_become_safe_and_stay_distinct(raw):
     name = safe_session_name(raw)
     assert name and len(name) <= 120 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
@@ -44,7 +45,8 @@ def test_concurrent_sessions_stay_apart_over_http_and_https(tmp_path, upstream, 
     with ProxyProcess(store, "--mode", "record", "--upstream-ca", str(test_ca.ca_file)) as proxy:
         def run(name: str, base: str, count: int, results: dict):
             env = proxy.client_env(session=name)  # http://NAME:@host:port, for HTTP and HTTPS
-            results[name] = agent(env, [{"method": "GET", "url": f"{base}/echo?who={name}&n={i}"} for i in range(count)])
+            results[name] = agent(env, [{"method": "GET", "url": f"{base}/echo?who={name}&n={i}"}
+                                        for i in range(count)])
 
         results: dict = {}
         threads = [threading.Thread(target=run, args=("alice", upstream.base, 6, results)),

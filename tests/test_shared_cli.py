@@ -99,7 +99,8 @@ def test_an_import_whose_shared_writes_fail_says_so_and_keeps_the_local_store(tm
     redis_server.cli("config", "set", "maxmemory-policy", "noeviction")
     redis_server.cli("config", "set", "maxmemory", "1")  # a full server: every write is refused
 
-    failed = invoke("import", "stb-cache", str(cache), "--store", str(store), "--shared", redis_server.url, "--jobs", "1")
+    failed = invoke("import", "stb-cache", str(cache), "--store", str(store), "--shared", redis_server.url,
+                    "--jobs", "1")
     assert failed.exit_code != 0 and "maxmemory" in failed.output and "shared tier redis://127.0.0.1" in failed.output
     assert "imported:" not in failed.output  # no summary for a failed import
     with Store(store, readonly=True) as db:
@@ -108,7 +109,8 @@ def test_an_import_whose_shared_writes_fail_says_so_and_keeps_the_local_store(tm
 
 def test_import_cassette_shares_entries_and_the_session(tmp_path, redis_server):
     exchanges = [Exchange(f"http/api.example/GET/item/{i}", Request("GET", f"http://api.example/item?i={i}"),
-                          Response(200, (("Content-Type", "application/json"),), b'{"i": %d}' % i), Source.UPSTREAM, 1.0)
+                          Response(200, (("Content-Type", "application/json"),), b'{"i": %d}' % i),
+                          Source.UPSTREAM, 1.0)
                  for i in range(3)]
     cassette = tmp_path / "run.yaml"
     write_cassette(cassette, exchanges, "yaml")

@@ -46,7 +46,8 @@ def test_reader_keys_entries_by_their_text_keeps_failures_and_reports_every_prob
     root = make_cache(tmp_path / "cache", {
         "Data/theclique_for_Data/songkick_concert.json": {
             "{'id_conc': '1', 'page': 2}": {"error": "", "response": "{\"ok\": 1}"},
-            "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "{\"ok\": 2}"},  # another call to StableToolBench
+            # another call to StableToolBench
+            "{'page': '2', 'id_conc': '1'}": {"error": "", "response": "{\"ok\": 2}"},
             "{'id_conc': '3'}": {"error": "", "response": {"already": "json"}},
             "{'id_conc': '4'}": {"error": "Failed to generate fake response", "response": ""},
             "{'id_conc': '5'}": ["not", "an", "object"],

@@ -285,7 +285,8 @@ def test_a_record_template_is_right_whatever_the_head_holds(url):
     """A head value that is the template's marker itself is encoded the plain way."""
     sample = replace(exchange(), request=replace(exchange().request, url=url))
     assert RecordTemplate(sample).record(b"args", b"answer") == encode_exchange(
-        replace(sample, request=replace(sample.request, body=b"args"), response=replace(sample.response, body=b"answer")))
+        replace(sample, request=replace(sample.request, body=b"args"),
+                response=replace(sample.response, body=b"answer")))
 
 
 def test_stats_counts_by_source_and_host(tmp_path):

@@ -58,4 +58,5 @@ def test_a_store_that_breaks_the_contract_is_caught(tmp_path):
     done = mypy(tmp_path, BROKEN)
     assert done.returncode == 1 and "EngineStore" in done.stdout, done.stdout + done.stderr
     assert "missing following \"EngineStore\" protocol member" in done.stdout, done.stdout
-    assert "note:     scan" in done.stdout and "def put(self, exchange: Exchange, extra: int)" in done.stdout, done.stdout
+    assert ("note:     scan" in done.stdout
+            and "def put(self, exchange: Exchange, extra: int)" in done.stdout), done.stdout

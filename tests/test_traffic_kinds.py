@@ -73,8 +73,8 @@ def test_a_call_keeps_its_kind_across_the_workers_link():
 def test_every_field_of_a_call_crosses_the_workers_link():
     request = Request("POST", "http://127.0.0.1:9/mcp", (("Mcp-Session-Id", "s"),), b"{}")
     call = Call("mcp/key", request, request, ApiRef("srv", "tool", "tool"), {"a": 1}, host="127.0.0.1",
-                reply_format="virtual", no_upstream="why", kind="mcp", keep=False, streams=True, live=True, faultable=False,
-                may_simulate=False, private=True, facts={"method": "tools/call", "id": 3},
+                reply_format="virtual", no_upstream="why", kind="mcp", keep=False, streams=True, live=True,
+                faultable=False, may_simulate=False, private=True, facts={"method": "tools/call", "id": 3},
                 own_reply=Reply(Response(422), Source.ERROR))
     defaults = Call("k", request, None)
     assert all(getattr(call, f.name) != getattr(defaults, f.name) for f in fields(Call) if f.name != "request")

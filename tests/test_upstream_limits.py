@@ -53,8 +53,9 @@ def encoded(data: bytes, codings: list[str]) -> bytes:
 
 class _Answers(BaseHTTPRequestHandler):
     """/bomb, /plain?bytes=N (with a length), /chunked?bytes=N (without), /coded/CODINGS (the
-    document in those codings, applied in order), /raw-deflate, /members (two gzip members), /accept (the Accept-Encoding
-    received), /events (a gzip event stream), anything else: a small JSON answer."""
+    document in those codings, applied in order), /raw-deflate, /members (two gzip members),
+    /accept (the Accept-Encoding received), /events (a gzip event stream), anything else: a
+    small JSON answer."""
 
     protocol_version = "HTTP/1.1"
 

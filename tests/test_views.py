@@ -178,7 +178,8 @@ def test_a_simulator_is_shown_the_shared_part_and_the_caller_s_own_view_only(tmp
             return {ex.response.body.decode() for ex in cache.get(call_facts(job, None, RULES), key)}
 
         assert shown(view_key(prefix + "new", "b0b0000000000000")) == {"imported for everyone", "bob's private report"}
-        assert shown(view_key(prefix + "new", "a11ce0000000000a")) == {"imported for everyone", "alice's private report"}
+        assert shown(view_key(prefix + "new", "a11ce0000000000a")) == {"imported for everyone",
+                                                                       "alice's private report"}
         assert shown(prefix + "new") == {"imported for everyone"}
     # and a made-up answer is seeded outside the view: the same whoever asks, whatever the store
     assert SimulationRequest(None, view_key(prefix + "new", "a11ce0000000000a"), None, "").seed == prefix + "new"

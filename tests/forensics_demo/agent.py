@@ -22,7 +22,8 @@ TOOLS = [
                                                      "required": ["city"]}}},
     {"type": "function", "function": {"name": "Finish", "description": "Give the final answer or give up.",
                                       "parameters": {"type": "object", "properties": {
-                                          "return_type": {"type": "string", "enum": ["give_answer", "give_up_and_restart"]},
+                                          "return_type": {"type": "string",
+                                                          "enum": ["give_answer", "give_up_and_restart"]},
                                           "final_answer": {"type": "string"}}, "required": ["return_type"]}}},
 ]
 

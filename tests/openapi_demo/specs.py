@@ -135,7 +135,8 @@ def warehouse_spec(base: str) -> dict:
                 "operationId": "listItems",
                 "responses": {"2XX": {"description": "All items.", "content": {"application/json": {
                     "schema": {"type": "object", "required": ["items", "total"],
-                               "properties": {"items": {"type": "array", "items": {"$ref": "#/components/schemas/Item"}},
+                               "properties": {"items": {"type": "array",
+                                                        "items": {"$ref": "#/components/schemas/Item"}},
                                               "total": {"type": "integer", "minimum": 0}}}}}}},
             }},
         },

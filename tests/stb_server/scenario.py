@@ -174,7 +174,8 @@ def pipeline_real_answer(script, call: dict[str, Any]) -> tuple[int, dict[str, A
     for qid, item in script.items.items():
         for function, args, observation in tool_calls(item):
             _category, tool, api = item.apis[function]
-            if (standardize(tool), api_key_name(api), args) == (call["tool_name"], call["api_name"], call["tool_input"]):
+            if (standardize(tool), api_key_name(api), args) == (
+                    call["tool_name"], call["api_name"], call["tool_input"]):
                 return (500, {"error": "", "response": "down"}) if PIPELINE_CHANGES.get(qid) == "real 500" \
                     else (200, observation)
     return UNKNOWN
