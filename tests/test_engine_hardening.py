@@ -142,7 +142,7 @@ def test_session_records_refer_to_the_stored_answer_instead_of_copying_it(tmp_pa
         run(store, record, mode=Mode.RECORD)
         hits = run(store, replay, mode=Mode.REPLAY)
         assert {h.source for h in hits} == {Source.CACHE}
-        sizes = [len(value) for _key, value in store._items("session/replayed/")]
+        sizes = [len(value) for _key, value in store._items(b"session/replayed/")]
         records = list(store.session_records("replayed"))
         assert len(sizes) == 20 and max(sizes) <= 160, sizes
         assert [r["seq"] for r in records] == list(range(1, 21))
