@@ -314,7 +314,7 @@ def test_the_tunnel_offers_it_in_tls_start_client_once_and_then_fires_the_hook(t
     tctx, addon, confdir = tls_config
     data = tunnel_tls_data(tctx, [b"http/1.1"])
     lane = _Lane(tctx)
-    tunnel = Tunnel(lane, data.conn, None, None, True, None, 1 << 20)
+    tunnel = Tunnel(lane, data.conn, None, None, None, None)
     asyncio.run(tunnel._hook(tls_layers.TlsStartClientHook(data)))
     assert isinstance(data.ssl_conn, StdlibConnection) and lane.addons.fired == ["TlsStartClientHook"]
     nested = tunnel_tls_data(tctx, [b"http/1.1"])  # a second TLS start on the tunnel: a client's own, inside

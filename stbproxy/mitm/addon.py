@@ -30,8 +30,9 @@ from stbproxy.mitm.flows import (
     response_to_mitm,
 )
 from stbproxy.mitm.h2_guard import cancelled_on_reset
+from stbproxy.mitm.lanes import HANDED_OVER, LANE, MITMPROXY
 from stbproxy.mitm.relay import Relay
-from stbproxy.mitm.streaming import LANE, STREAM, chunked_head
+from stbproxy.mitm.streaming import STREAM, chunked_head
 from stbproxy.models import Request, Response, Source
 from stbproxy.recent import Recent
 from stbproxy.redact import failure_text
@@ -230,6 +231,10 @@ class StbAddon:
         watched = self.watched(flow.client_conn)
         if watched is not None:
             watched.body_done()
+        if LANE not in flow.metadata:  # a lane marks its flows; the others came through mitmproxy's layers
+            flow.metadata[LANE] = MITMPROXY
+            if watched is not None and watched.handed_over:
+                flow.metadata[HANDED_OVER] = watched.handed_over
         if flow.response is not None or flow.error is not None:
             return  # another addon answered, or the flow is dead
         if addressed_to_proxy(flow):
@@ -336,7 +341,7 @@ class StbAddon:
         response = response_to_mitm(answer.response)
         if answer.stream is None:
             return response
-        if flow.metadata.get(LANE):
+        if flow.metadata.get(LANE, MITMPROXY) != MITMPROXY:
             flow.metadata[STREAM] = answer.stream
             return response
         host, port, path = await self.relay.hand(chunked_head(response), answer.stream)

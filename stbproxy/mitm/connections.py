@@ -26,7 +26,7 @@ FULL_WARNING_EVERY = 60.0  # seconds between two log lines saying the limit is r
 class Watched:
     """One client connection: what it is doing, and since when."""
 
-    __slots__ = ("writer", "peer", "last_read", "head_since", "bodies", "answers", "by_lane")
+    __slots__ = ("writer", "peer", "last_read", "head_since", "bodies", "answers", "by_lane", "handed_over")
 
     def __init__(self, writer: asyncio.StreamWriter, peer, now: float) -> None:
         self.writer = writer
@@ -36,6 +36,7 @@ class Watched:
         self.bodies = 0  # requests whose head is complete and whose body is not
         self.answers = 0  # requests being answered
         self.by_lane = False  # the fast lane reports for it (mitmproxy's hooks do not)
+        self.handed_over = ""  # why mitmproxy's layers serve it (lanes.py), once they do
 
     def read(self, now: float) -> None:
         self.last_read = now

@@ -32,6 +32,7 @@ from stbproxy.mitm.ca import ensure_ca
 from stbproxy.mitm.connections import ConnectionLimits, ConnectionWatch, WatchedReader
 from stbproxy.mitm.fast_lane import FastLane
 from stbproxy.mitm.flows import own_error_answers
+from stbproxy.mitm.lanes import NO_FAST_LANE
 from stbproxy.private_files import private_umask
 from stbproxy.runtime import Runtime
 from stbproxy.settings import Settings
@@ -154,6 +155,7 @@ async def _listen(self, host: str, port: int) -> list:
             if lane is not None:
                 await lane.serve(reader, writer, watched)
             else:
+                watched.handed_over = NO_FAST_LANE.reason
                 await handed_over(WatchedReader(reader, watched), writer)
         finally:
             watch.leave(watched)

@@ -10,7 +10,8 @@ first request of any other kind, and everything after it on that connection, is 
 mitmproxy with the bytes already read put back in front.
 
 The plain kind is described in plain_http.py. A CONNECT starts a tunnel (tunnel_lane.py),
-whose HTTPS requests of the plain kind the lane answers too. Nothing is fired before the
+whose HTTPS requests of the plain kind the lane answers too. Which door a request takes
+(this lane, the tunnel, mitmproxy) is chosen by lanes.Doors. Nothing is fired before the
 whole request has arrived, so a hand-over repeats no hook (but for a tunnel whose first
 bytes are not TLS: mitmproxy reads its CONNECT again).
 """
@@ -30,19 +31,9 @@ from mitmproxy.utils import human
 from stbproxy.mitm.client_tls import ClientTls
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import make_error_response
-from stbproxy.mitm.plain_http import (
-    MAX_BODY,
-    MAX_HEAD,
-    METHOD_START,
-    Replayed,
-    closes,
-    connect_request,
-    head_end,
-    plain_request,
-    response_bytes,
-    response_names,
-)
-from stbproxy.mitm.streaming import LANE, STREAM, ClientWriter, carry, chunked_head
+from stbproxy.mitm.lanes import FAST, HEAD_CUT_SHORT, LANE, Door, Doors
+from stbproxy.mitm.plain_http import MAX_BODY, Replayed, closes, head_end, response_bytes, response_names
+from stbproxy.mitm.streaming import STREAM, ClientWriter, carry, chunked_head
 from stbproxy.mitm.tunnel_lane import Tunnel
 
 log = logging.getLogger("stbproxy")
@@ -55,7 +46,10 @@ HandOver = Callable[[Replayed, asyncio.StreamWriter], Awaitable[None]]
 
 
 class FastLane:
-    """Serves one listening socket's connections (``serve``), for the master's addons."""
+    """Serves one listening socket's connections (``serve``), for the master's addons; a
+    lanes.Lane."""
+
+    name = FAST
 
     def __init__(self, addons, options, mode, hand_over: HandOver) -> None:
         self.addons = addons  # the master's addon manager: the hooks fire through it
@@ -70,23 +64,6 @@ class FastLane:
     async def _fire(self, event_type, flow: http.HTTPFlow) -> None:
         await self.addons.handle_lifecycle(event_type(flow))
 
-    def enabled(self) -> bool:
-        """Streaming bodies changes how mitmproxy reads them: everything then goes its way.
-        (Its body size limit does not: larger bodies are handed to it, and it refuses them.)"""
-        return self.options.stream_large_bodies is None
-
-    def max_body(self) -> int:
-        """The largest body the lane reads itself; larger ones are mitmproxy's to read or refuse."""
-        limit = human.parse_size(self.options.body_size_limit)
-        return MAX_BODY if limit is None else min(MAX_BODY, limit)
-
-    def tunnels_enabled(self) -> bool:
-        """Options under which mitmproxy would connect upstream or pass a tunnel through
-        untouched send CONNECTs its way (tunnel_lane.py opens no server connections)."""
-        options = self.options
-        return (options.connection_strategy == "lazy" and not options.ignore_hosts and not options.allow_hosts
-                and not options.tcp_hosts and not options.add_upstream_certs_to_client_chain)
-
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     watched: Watched | None = None) -> None:
         """Serve one client connection; ``watched`` hears what it is doing (connections.py)."""
@@ -94,13 +71,12 @@ class FastLane:
             watched = Watched(writer, writer.get_extra_info("peername"), time.monotonic())
         buffer = b""
         client = None
-        # mitmproxy copies an option's value on every read: read once per connection
-        enabled, tunnels, max_body = self.enabled(), self.tunnels_enabled(), self.max_body()
-        validate_headers = self.options.validate_inbound_headers
+        doors = Doors(self.options)  # chooses the door of each request (lanes.py)
         watched.by_lane = True
 
-        async def hand_over(output=writer) -> None:
+        async def hand_over(door: Door, output=writer) -> None:
             watched.by_lane = False
+            watched.handed_over = door.reason
             await self.hand_over(Replayed(buffer, WatchedReader(reader, watched)), output)
 
         try:
@@ -109,12 +85,13 @@ class FastLane:
                     buffer = buffer.lstrip(b"\r\n")  # empty lines before a request line are ignored (RFC 9112)
                 end = head_end(buffer)
                 while end is None:
-                    if len(buffer) > MAX_HEAD or (buffer and buffer[0] not in METHOD_START) or not enabled:
-                        return await hand_over()  # TLS, odd input, options
+                    door = doors.waiting(buffer)
+                    if door is not None:
+                        return await hand_over(door)  # TLS, odd input, options
                     data = await reader.read(READ_SIZE)
                     if not data:
                         if buffer:  # a head cut short: mitmproxy says so in its log, as usual
-                            return await hand_over()
+                            return await hand_over(HEAD_CUT_SHORT)
                         writer.close()
                         return
                     watched.read(time.monotonic())
@@ -125,11 +102,11 @@ class FastLane:
                         peername=writer.get_extra_info("peername"), sockname=writer.get_extra_info("sockname"),
                         timestamp_start=time.time(), proxy_mode=self.mode, state=connection.ConnectionState.OPEN)
                     server = connection.Server(address=None)
-                if tunnels and buffer.startswith(b"CONNECT "):
-                    connect = connect_request(buffer[:end], validate_headers)
+                if doors.is_connect(buffer):
+                    door, connect = doors.connect(buffer[:end])
                     if connect is None:
-                        return await hand_over()
-                    tunnel = Tunnel(self, client, reader, writer, validate_headers, watched, max_body)
+                        return await hand_over(door)
+                    tunnel = Tunnel(self, client, reader, writer, doors, watched)
                     refused = await tunnel.run(connect, buffer[:end], buffer[end:])
                     if refused is None:
                         return  # the tunnel has been served to its end
@@ -139,9 +116,9 @@ class FastLane:
                     buffer = buffer[end:]  # a refused CONNECT (407, 403): the connection goes on
                     await writer.drain()
                     continue
-                plain = plain_request(buffer[:end], validate_headers, max_body=max_body)
+                plain = doors.plain(buffer[:end])
                 if plain is None:
-                    return await hand_over()
+                    return await hand_over(doors.not_plain(buffer[:end]))
                 request, size, request_closes = plain
                 watched.head_done()
                 while len(buffer) < end + size:
@@ -170,11 +147,12 @@ class FastLane:
             writer.close()
 
     async def answer(self, request: http.Request, body: bytes, client, server, writer: ClientWriter,
-                     client_says: Callable[[int], Awaitable[bytes]]) -> bool:
+                     client_says: Callable[[int], Awaitable[bytes]], lane: str = FAST) -> bool:
         """Fire the hooks for one request and write its response; False: close the connection.
-        (``client_says`` reads the client while a streamed answer is written: streaming.py.)"""
+        (``client_says`` reads the client while a streamed answer is written: streaming.py;
+        ``lane``: the door the flow came in by, the tunnel's for its requests.)"""
         flow = http.HTTPFlow(client, server, live=True)
-        flow.metadata[LANE] = True  # the addon may hand over a body still arriving (streaming.py)
+        flow.metadata[LANE] = lane  # the addon may hand over a body still arriving (streaming.py)
         flow.request = request
         await self.fire(HttpRequestHeadersHook, flow)
         if flow.error is not None and await self.killed(flow):  # (no coroutine for a live flow)

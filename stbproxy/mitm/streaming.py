@@ -30,7 +30,6 @@ from stbproxy.models import BodyStream
 log = logging.getLogger("stbproxy")
 
 STREAM = "stb_stream"  # flow.metadata: the BodyStream of a response that carries only its head
-LANE = "stb_lane"  # flow.metadata: a fast lane serves this flow, and can carry a STREAM
 
 
 class ClientWriter(Protocol):

@@ -32,7 +32,6 @@ import time
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
 from mitmproxy.net.http import http1
-from mitmproxy.net.tls import starts_like_tls_record
 from mitmproxy.proxy import commands, events, layer, server_hooks
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import modes
@@ -51,7 +50,9 @@ from OpenSSL import SSL
 from stbproxy.mitm.client_tls import records_of
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import StandIn
-from stbproxy.mitm.plain_http import MAX_HEAD, METHOD_START, Replayed, closes, head_end, plain_request, response_bytes
+from stbproxy.mitm.lanes import HEAD_CUT_SHORT, TUNNEL, Door, Doors
+from stbproxy.mitm.plain_http import Replayed, closes, head_end, response_bytes
+from stbproxy.mitm.streaming import ClientWriter
 
 log = logging.getLogger("stbproxy")
 connection_log = logging.getLogger("mitmproxy.proxy.server")  # where mitmproxy's connection handler logs
@@ -100,15 +101,16 @@ class _Encrypting:
 
 
 class Tunnel:
-    """One client connection from its CONNECT on (``run``)."""
+    """One client connection from its CONNECT on (``run``); a lanes.Lane."""
+
+    name = TUNNEL
 
     def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 validate_headers: bool, watched: Watched, max_body: int) -> None:
+                 doors: Doors, watched: Watched) -> None:
         self.lane = lane  # the FastLane: hooks, options, answering plain requests, handing over
         self.client = client
-        self.validate_headers = validate_headers
+        self.doors = doors  # the connection's: which requests the tunnel answers (lanes.py)
         self.watched = watched  # hears what the connection does (connections.py)
-        self.max_body = max_body
         self.reader = reader  # what it reads is reported to ``watched`` in the loop (a wrapper costs a coroutine a read)
         self.writer = writer
         self.top: layer.Layer | None = None
@@ -172,9 +174,11 @@ class Tunnel:
                 break
             self.watched.read(time.monotonic())
             data += more
-        if data and not starts_like_tls_record(data):
+        door = self.doors.in_tunnel(data)
+        if door.lane != TUNNEL:
             self.closed = True  # plain HTTP or raw TCP in the tunnel: mitmproxy's to carry
             self.watched.by_lane = False
+            self.watched.handed_over = door.reason
             return await self.lane.hand_over(Replayed(head + data, WatchedReader(self.reader, self.watched)),
                                              _WithoutReply(self.writer, reply))
         self.top = layer.NextLayer(context)
@@ -227,9 +231,14 @@ class Tunnel:
         if out and not self.writer.is_closing():
             self.writer.write(out)
 
+    async def answer(self, request: http.Request, body: bytes, client, server, writer: ClientWriter,
+                     client_says) -> bool:
+        """As the fast lane answers (lanes.Lane), the flow marked as the tunnel's."""
+        return await self.lane.answer(request, body, client, server, writer, client_says, TUNNEL)
+
     async def answer_plain(self) -> None:
         """Answer the complete plain requests received; the first of another kind delegates."""
-        lane = self.lane
+        doors = self.doors
         buffer = self.stand_in.buffer
         server = self.top.context.server
         while buffer:
@@ -238,12 +247,13 @@ class Tunnel:
                 continue
             end = head_end(buffer)
             if end is None:
-                if len(buffer) > MAX_HEAD or buffer[0] not in METHOD_START:
-                    await self.delegate()
+                door = doors.waiting(buffer)
+                if door is not None:
+                    await self.delegate(door)
                 return
-            plain = plain_request(bytes(buffer[:end]), self.validate_headers, server.address, self.max_body)
+            plain = doors.plain(bytes(buffer[:end]), server.address)
             if plain is None:
-                return await self.delegate()
+                return await self.delegate(doors.not_plain(buffer[:end]))
             request, size, request_closes = plain
             if len(buffer) < end + size:
                 return
@@ -251,19 +261,22 @@ class Tunnel:
             del buffer[:end + size]
             self.watched.head_done()
             self.watched.body_done()
-            keep_open = await lane.answer(request, body, self.client, server, self._encrypting, self.reader.read)
+            keep_open = await self.lane.answer(request, body, self.client, server, self._encrypting, self.reader.read,
+                                               TUNNEL)  # (self.answer, without its frame)
             self.watched.answered(time.monotonic())
             if not keep_open or request_closes:
                 self.closed = True
                 return
             await self.writer.drain()
 
-    async def delegate(self) -> None:
-        """From now on mitmproxy's HTTP layer serves this connection, first the bytes held."""
+    async def delegate(self, door: Door) -> None:
+        """From now on mitmproxy's HTTP layer serves this connection, first the bytes held
+        (``door``: mitmproxy's, with the reason)."""
         data = bytes(self.stand_in.buffer)
         self.stand_in.buffer.clear()
         self.stand_in.delegated = True
         self.watched.by_lane = False  # mitmproxy's hooks report for it from now on
+        self.watched.handed_over = door.reason
         # the events go in below the client TLS layer, whose commands encrypt what goes out
         client_tls = self._client_tls
         await self.run_commands(client_tls.event_to_child(events.Start()))
@@ -274,7 +287,7 @@ class Tunnel:
         if self.stand_in is not None and not self.stand_in.delegated:
             if not self.stand_in.buffer.strip():
                 return  # between requests: nothing to say
-            await self.delegate()  # a request cut short: mitmproxy's HTTP layer says so in the log
+            await self.delegate(HEAD_CUT_SHORT)  # a request cut short: mitmproxy's HTTP layer says so in the log
         await self.feed(events.ConnectionClosed(self.client))
 
     # -- mitmproxy's layers, run as its connection handler runs them -------------------------
@@ -359,9 +372,10 @@ class Tunnel:
     def _maybe_stand_in(self, next_layer: layer.NextLayer) -> None:
         """Stand in for the HTTP layer chosen for an HTTP/1 client inside TLS."""
         chosen = next_layer.layer
-        client = self.client
-        if (isinstance(chosen, HttpLayer) and chosen.mode is HTTPMode.transparent and client.tls_established
-                and client.alpn in (None, b"", b"http/1.1")):
+        door = self.doors.in_tls(chosen, self.client)
+        if door is not None and door.lane != TUNNEL:
+            self.watched.handed_over = door.reason  # (mitmproxy's HTTP layer, HTTP/2 say: the lane stays out)
+        elif door is not None:
             client_tls = [item for item in next_layer.context.layers if isinstance(item, ClientTLSLayer)]
             if len(client_tls) == 1 and client_tls[0].tls is not None:
                 self._client_tls = client_tls[0]

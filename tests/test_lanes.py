@@ -1,0 +1,38 @@
+"""Which door a request comes in by (mitm/lanes.py): the choice, and its mark in the
+request's session record: the fast lane, the tunnel lane, mitmproxy's layers."""
+
+from __future__ import annotations
+
+import types
+
+from stbproxy.mitm import lanes
+from stbproxy.mitm.lanes import Doors
+
+
+def options(**changed) -> types.SimpleNamespace:
+    values = dict(stream_large_bodies=None, body_size_limit=None, validate_inbound_headers=True,
+                  connection_strategy="lazy", ignore_hosts=[], allow_hosts=[], tcp_hosts=[],
+                  add_upstream_certs_to_client_chain=False)
+    return types.SimpleNamespace(**{**values, **changed})
+
+
+def test_a_plain_head_takes_the_fast_lane_and_others_go_to_mitmproxy_with_a_reason():
+    doors = Doors(options())
+    plain = b"GET http://127.0.0.1:9/a HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
+    assert doors.waiting(plain[:10]) is None and doors.plain(plain) is not None
+    assert doors.waiting(b"\x16\x03\x01") is lanes.NOT_HTTP1
+    assert doors.waiting(b"G" * (lanes.MAX_HEAD + 1)) is lanes.HEAD_TOO_LARGE
+    head = b"HEAD http://127.0.0.1:9/a HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
+    assert doors.plain(head) is None and doors.not_plain(head) is lanes.NOT_PLAIN
+    assert Doors(options(stream_large_bodies="1m")).waiting(b"GET") is lanes.STREAMING
+
+
+def test_a_connect_takes_the_tunnel_unless_the_options_send_it_to_mitmproxy():
+    connect_head = b"CONNECT localhost:443 HTTP/1.1\r\nHost: localhost:443\r\n\r\n"
+    door, request = Doors(options()).connect(connect_head)
+    assert door is lanes.TUNNEL_DOOR and request.host == "localhost"
+    assert Doors(options()).in_tunnel(b"\x16\x03\x01") is lanes.TUNNEL_DOOR
+    assert Doors(options()).in_tunnel(b"GET / HTTP/1.1\r\n") is lanes.NOT_TLS
+    passing = Doors(options(ignore_hosts=["localhost"]))
+    assert not passing.is_connect(connect_head)
+    assert passing.plain(connect_head) is None and passing.not_plain(connect_head) is lanes.CONNECT_NOT_SERVED
