@@ -123,6 +123,7 @@ class SessionRecord:
     tool: str = ""  # an MCP tool call: "<server>/<tool>", whatever answered it (for counts by server and tool)
     call: str = ""  # the call's key, when ``key`` names a copy kept apart (log/...) rather than its entry
     facts: dict = field(default_factory=dict)  # run forensics: drift (verify mode), fork, ordered playback
+    lane: str = ""  # the door the request came in by: fast, tunnel or mitmproxy (mitm/lanes.py); "" without a proxy
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,17 +131,17 @@ class SessionRecord:
     def to_stored(self) -> dict:
         """The record as the store keeps it (stored_record)."""
         return stored_record(self.time, self.method, self.url, self.status, self.source, self.key, self.seconds,
-                             self.origin, self.error, self.tool, self.call, self.facts)
+                             self.origin, self.error, self.tool, self.call, self.facts, self.lane)
 
     @classmethod
     def from_dict(cls, data: dict) -> SessionRecord:
-        """A record from its dict; the fields added later (origin, error, tool) may be absent."""
+        """A record from its dict; the fields added later (origin, error, tool, lane) may be absent."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data and name != "facts"})
 
 
 def stored_record(when: float, method: str, url: str, status: int, source: str, key: str, seconds: float,
                   origin: str = "", error: str = "", tool: str = "", call: str = "",
-                  facts: Mapping | None = None) -> dict:
+                  facts: Mapping | None = None, lane: str = "") -> dict:
     """A SessionRecord (its fields but the sequence number, which is part of the store key)
     as the store keeps it. When ``key`` names a stored exchange, which holds the request and
     its status already, only that reference with the time, source and duration (about half
@@ -157,6 +158,8 @@ def stored_record(when: float, method: str, url: str, status: int, source: str, 
         stored["tool"] = tool
     if call:
         stored["call"] = call
+    if lane:
+        stored["lane"] = lane
     if facts:
         stored.update(facts)
     return stored

@@ -7,6 +7,7 @@ import types
 
 from stbproxy.mitm import lanes
 from stbproxy.mitm.lanes import Doors
+from stbproxy.sessions import SessionRecord, expand_record, stored_record
 
 
 def options(**changed) -> types.SimpleNamespace:
@@ -36,3 +37,11 @@ def test_a_connect_takes_the_tunnel_unless_the_options_send_it_to_mitmproxy():
     passing = Doors(options(ignore_hosts=["localhost"]))
     assert not passing.is_connect(connect_head)
     assert passing.plain(connect_head) is None and passing.not_plain(connect_head) is lanes.CONNECT_NOT_SERVED
+
+
+def test_a_session_record_keeps_its_lane_and_a_record_without_one_stays_as_it_was():
+    stored = stored_record(1.0, "GET", "", 200, "cache", "http/k", 0.001, lane=lanes.TUNNEL)
+    assert stored == {"time": 1.0, "source": "cache", "key": "http/k", "seconds": 0.001, "lane": "tunnel"}
+    record = SessionRecord.from_dict(expand_record(stored, 1))
+    assert record.lane == "tunnel" and record.to_stored() == stored
+    assert "lane" not in stored_record(1.0, "GET", "", 200, "cache", "http/k", 0.001)
