@@ -34,7 +34,7 @@ class Source(str, enum.Enum):
 
 
 class Mode(str, enum.Enum):
-    """How the engine answers a request (see engine.py for the rules)."""
+    """How the engine answers a request (the rules: the stbproxy.engine package)."""
 
     VIRTUAL = "virtual"
     RECORD = "record"

@@ -148,13 +148,13 @@ def test_every_name_of_the_code_the_docs_give_exists():
 def test_the_check_finds_what_the_docs_once_said():
     code = Code()
     said = ("For a proxy, put the kind into `kinds_for` (`kinds.py`).\n"
-            "`from stbproxy.inprocess import replay` and `stbproxy.inprocess` and `engine.py` "
-            "`Engine.no_such_member`, `session_tools` in `mcp/gone.py`, `ghost_function` (`engine.py`), "
+            "`from stbproxy.inprocess import replay` and `stbproxy.inprocess` and `runtime.py` "
+            "`Engine.no_such_member`, `session_tools` in `mcp/gone.py`, `ghost_function` (`runtime.py`), "
             "`keys.no_such_key` and `keys.request_key`, `report.md`")
     found = problems_of(said, code)
     assert any(problem.startswith("`stbproxy.inprocess`:") for problem in found)
     assert "`Engine.no_such_member`: no class Engine has no_such_member" in found
-    assert "`ghost_function` (engine.py): not defined there" in found
+    assert "`ghost_function` (runtime.py): not defined there" in found
     assert any("mcp/gone.py" in problem for problem in found)
     assert "`keys.no_such_key`: stbproxy/keys.py defines no no_such_key" in found
     assert not [p for p in found if "kinds_for" in p or "request_key" in p or "report.md" in p]  # all true

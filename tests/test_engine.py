@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from stbproxy.engine import Engine, EngineConfig, Simulation
+from stbproxy.engine import Engine, EngineConfig
 from stbproxy.kinds import kinds_for
 from stbproxy.models import Mode, Request, Response, Source
 from stbproxy.store.embedded import Store
+from stbproxy.synthesis.simulation import Simulation
 from stbproxy.upstream import Upstream, UpstreamConfig
 
 JSON = (("Content-Type", "application/json"),)

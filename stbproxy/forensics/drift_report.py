@@ -1,6 +1,6 @@
 """``stbproxy drift``: what verify mode found, per API, from the sessions' records. Pure.
 
-Each record of a call made in verify mode holds a ``drift`` object (engine.py): its
+Each record of a call made in verify mode holds a ``drift`` object (engine/verify.py): its
 verdict (same, status, shape, values; new when nothing was stored; unreachable when the
 real API gave no answer), the API it counts under, and for a change the first differing
 place with both values shortened (scrubbed of secrets before they were written).
