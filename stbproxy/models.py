@@ -65,6 +65,9 @@ class Request:
     # Addressed to the proxy itself (its /virtual endpoint), not to a server to pass it on to:
     # the front end knows, a kind answers it, and nothing ever forwards it.
     to_proxy: bool = False
+    # The front end's door it came in by (mitm/lanes.py: fast, tunnel or mitmproxy): written
+    # into its session record, never part of a key.
+    lane: str = ""
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)

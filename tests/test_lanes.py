@@ -3,11 +3,19 @@ request's session record: the fast lane, the tunnel lane, mitmproxy's layers."""
 
 from __future__ import annotations
 
+import socket
 import types
+
+import pytest
 
 from stbproxy.mitm import lanes
 from stbproxy.mitm.lanes import Doors
 from stbproxy.sessions import SessionRecord, expand_record, stored_record
+from stbproxy.store.embedded import Store
+from tests.servers import ProxyProcess, Upstream
+from tests.test_client_tls import client_context
+from tests.test_fast_lane_differential import converse_on
+from tests.test_tunnel_lane_differential import connect
 
 
 def options(**changed) -> types.SimpleNamespace:
@@ -45,3 +53,40 @@ def test_a_session_record_keeps_its_lane_and_a_record_without_one_stays_as_it_wa
     record = SessionRecord.from_dict(expand_record(stored, 1))
     assert record.lane == "tunnel" and record.to_stored() == stored
     assert "lane" not in stored_record(1.0, "GET", "", 200, "cache", "http/k", 0.001)
+
+
+def plain_get(proxy: ProxyProcess, upstream: Upstream, path: str, method: str = "GET") -> bytes:
+    target = f"127.0.0.1:{upstream.port}"
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
+        return converse_on(sock, [f"{method} http://{target}{path} HTTP/1.1\r\nHost: {target}\r\n"
+                                  "Connection: close\r\n\r\n".encode()])
+
+
+def https_get(proxy: ProxyProcess, upstream: Upstream, path: str, alpn=("http/1.1",)) -> bytes:
+    target = f"localhost:{upstream.port}"
+    sock, _answer = connect(proxy.port, target)
+    with client_context(proxy.ca_file, alpn).wrap_socket(sock, server_hostname="localhost") as tls:
+        if tls.selected_alpn_protocol() == "h2":
+            return b"h2"
+        return converse_on(tls, [f"GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode()])
+
+
+def lanes_recorded(store, session: str) -> list:
+    with Store(store, readonly=True) as db:
+        return [record.get("lane") for record in db.session_records(session)]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_each_session_record_names_the_door_its_request_came_in_by(tmp_path, test_ca):
+    args = ("--session", "doors", "--upstream-ca", str(test_ca.ca_file))
+    with Upstream() as plain, Upstream(tls=test_ca) as secure:
+        with ProxyProcess(tmp_path / "lane" / "store", *args) as proxy:
+            assert b"200" in plain_get(proxy, plain, "/echo/a")
+            assert b"200" in https_get(proxy, secure, "/echo/b")
+            assert b"200" in plain_get(proxy, plain, "/echo/c", "HEAD")  # not the plain kind: mitmproxy's
+        with ProxyProcess(tmp_path / "layers" / "store", *args, "--no-fast-lane") as proxy:
+            assert b"200" in plain_get(proxy, plain, "/echo/a")
+            assert b"200" in https_get(proxy, secure, "/echo/b")
+    assert lanes_recorded(tmp_path / "lane" / "store", "doors") == ["fast", "tunnel", "mitmproxy"]
+    assert lanes_recorded(tmp_path / "layers" / "store", "doors") == ["mitmproxy", "mitmproxy"]

@@ -31,7 +31,7 @@ from stbproxy.store.write_failures import WriteFailures
 from stbproxy.synthesis.simulation import NoSimulator, Simulator
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
-from stbproxy.traffic.seam import LIVE, Call, Kinds
+from stbproxy.traffic.seam import LANE, LIVE, Call, Kinds
 
 CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on the request alone)
 CALL_MEMO_MAX_BODY = 4 * 1024
@@ -94,7 +94,8 @@ class Engine(Hits, Misses, FaultInjection, Verifying, PassingOn, SessionRecords,
 
     async def pass_through(self, request: Request, session: str | None) -> Answer:
         """A request to a passthrough host: forwarded, never served from the store, logged."""
-        call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host)
+        call = Call(keys.request_key(request, self.config.rules), request, request, host=request.host,
+                    facts={LANE: request.lane} if request.lane else {})
         return await self._run(call, self.session_of(session), self._passthrough)
 
     def failure_reply(self, request: Request) -> Response | None:
@@ -110,6 +111,8 @@ class Engine(Hits, Misses, FaultInjection, Verifying, PassingOn, SessionRecords,
         call = self._calls.get(request) if small else None
         if call is None:
             call = self.kinds.call(request, self.config.rules)
+            if request.lane:  # (memoized with the call: a hit pays nothing for it)
+                call = replace(call, facts={**call.facts, LANE: request.lane})
             if small:
                 self._calls.put(request, call)
         return call

@@ -15,7 +15,7 @@ from stbproxy.redact import redact_url
 from stbproxy.sessions import stored_record
 from stbproxy.store.contract import EngineStore
 from stbproxy.store.write_failures import WriteFailures
-from stbproxy.traffic.seam import Call
+from stbproxy.traffic.seam import LANE, Call
 
 
 class SessionRecords:
@@ -53,7 +53,7 @@ class SessionRecords:
         # (a SessionRecord's stored form, made without the record: this runs on every request)
         record = stored_record(self.clock(), call.request.method, url, answer.response.status, source.value,
                                record_key or "", round(seconds, 6), origin, error, _tool_of(call), answered,
-                               answer.note)
+                               answer.note, lane=call.facts.get(LANE, ""))
         try:
             self.store.append_session(session, record)
         except StoreError as exc:

@@ -300,7 +300,7 @@ class StbAddon:
             else:
                 session, headers = self.session_for(flow)
             request = Request(flow.request.method, request_url(flow.request), headers,
-                              flow.request.raw_content or b"", to_proxy=True)
+                              flow.request.raw_content or b"", to_proxy=True, lane=flow.metadata.get(LANE, ""))
             return await self.engine_response(flow, request, session)
         mcp = local_target(flow.request.path)
         if mcp is not None:

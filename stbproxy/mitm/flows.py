@@ -15,6 +15,7 @@ from mitmproxy import exceptions, http
 from mitmproxy.net.http import http1
 
 from stbproxy.mitm.framing import without_hop_by_hop
+from stbproxy.mitm.lanes import LANE
 from stbproxy.models import Request, Response
 from stbproxy.provenance import ORIGIN_HEADER, SOURCE_HEADER
 from stbproxy.recent import Recent
@@ -44,6 +45,7 @@ def request_from_flow(flow: http.HTTPFlow, headers: tuple[tuple[str, str], ...] 
         url=request_url(req),
         headers=without_hop_by_hop(header_items(flow) if headers is None else headers),
         body=req.raw_content or b"",
+        lane=flow.metadata.get(LANE, ""),
     )
 
 

@@ -72,6 +72,7 @@ class Judged(NamedTuple):
 
 Send = Callable[[Request], Awaitable[tuple[Response, float]]]  # the engine's upstream client
 LIVE = "live"  # Call.facts: the channel of a live call's answer (TrafficKind.live)
+LANE = "lane"  # Call.facts: the front end's door its request came in by (Request.lane), for its session record
 
 
 class TrafficKind(Protocol):

@@ -44,12 +44,13 @@ class LinkLost(StbError):
 
 def request_to_wire(request: Request) -> dict:
     return {"method": request.method, "url": request.url, "headers": [list(h) for h in request.headers],
-            "body": base64.b64encode(request.body).decode("ascii")}
+            "body": base64.b64encode(request.body).decode("ascii"), "to_proxy": request.to_proxy,
+            "lane": request.lane}
 
 
 def request_from_wire(data: dict) -> Request:
     return Request(data["method"], data["url"], tuple((k, v) for k, v in data["headers"]),
-                   base64.b64decode(data["body"]))
+                   base64.b64decode(data["body"]), to_proxy=data.get("to_proxy", False), lane=data.get("lane", ""))
 
 
 def call_to_wire(call: Call) -> dict:
