@@ -265,7 +265,8 @@ def test_the_stdlib_serves_the_clients_the_lane_serves_and_tlsconfig_the_rest(tl
     assert isinstance(data.ssl_conn, StdlibConnection if ours else SSL.Connection)
 
 
-@pytest.mark.parametrize("option", [{"ciphers_client": "ECDHE-RSA-AES128-GCM-SHA256"}, {"tls_version_client_min": "TLS1_3"},
+@pytest.mark.parametrize("option", [{"ciphers_client": "ECDHE-RSA-AES128-GCM-SHA256"},
+                                    {"tls_version_client_min": "TLS1_3"},
                                     {"request_client_cert": True}, {"http2": False}])
 def test_other_client_tls_options_leave_the_handshake_to_tlsconfig(tls_config, option):
     tctx, addon, confdir = tls_config

@@ -31,7 +31,8 @@ WRITTEN = re.compile(r"^# file: (\S+)", re.M)  # a file a page's own block write
 SPAN = re.compile(r"`([^`\n]+)`")
 NAME_AND_FILE = re.compile(r"`([A-Za-z_][\w.]*)(?:\(\))?`\s*(?:\(|in |of |from )\s*`([\w/.-]+\.py)`")
 IDENT = re.compile(r"^[A-Za-z_]\w*$")
-NOT_NAMES = {"json", "jsonl", "yaml", "yml", "md", "csv", "png", "html", "txt", "py", "toml", "pem", "db"}  # file suffixes
+# file suffixes
+NOT_NAMES = {"json", "jsonl", "yaml", "yml", "md", "csv", "png", "html", "txt", "py", "toml", "pem", "db"}
 
 
 def _defined(tree: ast.AST) -> tuple[set[str], dict[str, set[str]]]:

@@ -326,7 +326,8 @@ def test_catalog_routed_calls_keep_stabletoolbench_rules_by_default(store, upstr
     async def scenario(engine):
         return await engine.handle(Request("GET", upstream.url("/echo/shoes?q=cost+500+usd")))
 
-    answer = engine_run(store, scenario, extra={"simulator": simulator, "kinds": kinds_for(echo_catalog(upstream.base))})
+    answer = engine_run(store, scenario,
+                        extra={"simulator": simulator, "kinds": kinds_for(echo_catalog(upstream.base))})
     assert answer.key.startswith("api/") and answer.source is Source.SIMULATED and simulator.calls == 1
 
 
@@ -346,7 +347,8 @@ def test_refresh_simulated_replaces_a_simulated_answer_once_the_api_is_back(stor
         return await engine.handle(Request("GET", url))
 
     # The API "is down": the call is faulted, so the simulator answers and it is stored.
-    down = engine_run(store, outage, extra={"simulator": CountingSimulator(), "faults": FaultPlan.from_specs(["down=1"])})
+    down = engine_run(store, outage,
+                      extra={"simulator": CountingSimulator(), "faults": FaultPlan.from_specs(["down=1"])})
     assert down.source is Source.SIMULATED and store.get(down.key).meta["fault"] == "down=1"
     # Without --refresh-simulated the simulated answer is served for good.
     assert engine_run(store, outage).source is Source.CACHE and upstream.hits["/echo"] == 0

@@ -185,16 +185,21 @@ HANDED_OVER = {
     "head": b"HEAD http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "head-odd-case": b"Head http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "http/1.0": b"GET http://api.example.com/ HTTP/1.0\r\nHost: api.example.com\r\n\r\n",
-    "chunked": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
-    "expect": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
-    "upgrade": b"GET http://api.example.com/ws HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    "chunked": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"3\r\nabc\r\n0\r\n\r\n",
+    "expect": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n"
+              b"Expect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+    "upgrade": b"GET http://api.example.com/ws HTTP/1.1\r\nHost: api.example.com\r\n"
+               b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     "https-absolute": b"GET https://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "no-host": b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n",
     "asterisk": b"OPTIONS * HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
     "bad-request-line": b"GET http://api.example.com/ HTTP/1.1 extra\r\nHost: api.example.com\r\n\r\n",
     "bad-header": b"GET http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nNo colon here\r\n\r\n",
-    "smuggling": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-    "two-lengths": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    "smuggling": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n"
+                 b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "two-lengths": b"POST http://api.example.com/ HTTP/1.1\r\nHost: api.example.com\r\n"
+                   b"Content-Length: 1\r\nContent-Length: 2\r\n\r\nab",
     "tls-client-hello": bytes.fromhex("160301020001000200fe03") + b"\x00" * 40,
     "http2-preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 }

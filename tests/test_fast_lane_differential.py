@@ -33,7 +33,8 @@ def virtual(path: str, body: str, extra: str = "") -> str:
             f"Content-Length: {len(body.encode())}\r\n\r\n{body}")
 
 
-CALL = '{"category": "Data", "tool_name": "Weather", "api_name": "today", "tool_input": "{\\"city\\": \\"Oslo\\"}", "strip": "", "toolbench_key": "tb-secret-1"}'
+CALL = ('{"category": "Data", "tool_name": "Weather", "api_name": "today", "tool_input": "{\\"city\\": \\"Oslo\\"}", '
+        '"strip": "", "toolbench_key": "tb-secret-1"}')
 OTHER = '{"category": "Data", "tool_name": "Weather", "api_name": "week", "tool_input": {"city": "Rome"}}'
 
 # Each conversation is sent request by request on one connection; the answers are read in turn.
@@ -73,7 +74,8 @@ CONVERSATIONS = {
     "http/1.0": ["GET http://{up}/echo/old HTTP/1.0\r\nHost: {up}\r\n\r\n"],
     "chunked": ["POST http://{up}/echo/ch HTTP/1.1\r\nHost: {up}\r\nTransfer-Encoding: chunked\r\n\r\n"
                 "4\r\nabcd\r\n0\r\n\r\n", "GET http://{up}/echo/ch HTTP/1.1\r\nHost: {up}\r\n\r\n"],
-    "expect": ["POST http://{up}/echo/ex HTTP/1.1\r\nHost: {up}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok"],
+    "expect": ["POST http://{up}/echo/ex HTTP/1.1\r\nHost: {up}\r\nExpect: 100-continue\r\n"
+               "Content-Length: 2\r\n\r\nok"],
     "bare lf": ["GET http://{up}/echo/lf HTTP/1.1\nHost: {up}\n\n", virtual("/virtual", OTHER).replace("\r\n", "\n")],
     "too many headers": ["GET http://{up}/echo/h HTTP/1.1\r\nHost: {up}\r\n" + "X-A: b\r\n" * 60 + "\r\n",
                          "GET http://{up}/echo/h HTTP/1.1\r\nHost: {up}\r\n\r\n"],

@@ -71,10 +71,12 @@ def test_record_then_replay_with_mitmdump_script(tmp_path, upstream):
 
 
 @pytest.mark.parametrize("option,message", [
-    ("stb_mode=sometimes", "stbproxy: error: stb_mode: unknown mode 'sometimes': choose one of virtual, record, replay"),
+    ("stb_mode=sometimes",
+     "stbproxy: error: stb_mode: unknown mode 'sometimes': choose one of virtual, record, replay"),
     ("stb_faults=status=999", "stbproxy: error: stb_faults: bad fault spec 'status=999'"),
     ("stb_faults=", "stbproxy: error: stb_faults: empty fault spec '': it names no failure"),
-    ("stb_validity=lenient", "stbproxy: error: stb_validity: validity policy 'lenient' is not one of auto, stb, strict"),
+    ("stb_validity=lenient",
+     "stbproxy: error: stb_validity: validity policy 'lenient' is not one of auto, stb, strict"),
 ])
 def test_bad_option_value_stops_mitmdump_with_one_line_naming_the_option(tmp_path, option, message):
     command = [str(Path(sys.executable).with_name("mitmdump")), "-q", "--listen-port", str(free_port()),
@@ -86,7 +88,8 @@ def test_bad_option_value_stops_mitmdump_with_one_line_naming_the_option(tmp_pat
     ours = [line for line in output.splitlines() if "stbproxy" in line]
     assert len(ours) == 1 and message in ours[0], output
     # the rest is mitmproxy's own word that it stops
-    assert [line for line in output.splitlines() if "stbproxy" not in line] == ["Error logged during startup, exiting..."]
+    assert ([line for line in output.splitlines() if "stbproxy" not in line]
+            == ["Error logged during startup, exiting..."])
 
 
 def test_list_options_can_be_set_from_the_mitmdump_command_line(tmp_path, upstream):

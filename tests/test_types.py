@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STRICT = ["stbcore", "stbproxy/keys.py", "stbproxy/key_rules.py", "stbproxy/canonical_parts.py",
           "stbproxy/content_types.py", "stbproxy/differences.py", "stbproxy/scrubbing.py", "stbproxy/models.py",
           "stbproxy/traffic/seam.py", "stbproxy/store"]
-PLAIN = ["eval", "stbproxy/cli", "stbproxy/synthesis", "stbproxy/sim", "stbproxy/mcp", "stbproxy/openapi", "stbproxy/forensics",
-         "stbproxy/stability", "stbproxy/stb_cache", "stbproxy/cassettes", "stbproxy/front",
+PLAIN = ["eval", "stbproxy/cli", "stbproxy/synthesis", "stbproxy/sim", "stbproxy/mcp", "stbproxy/openapi",
+         "stbproxy/forensics", "stbproxy/stability", "stbproxy/stb_cache", "stbproxy/cassettes", "stbproxy/front",
          "stbproxy/multipart.py", "stbproxy/jsonsafe.py", "stbproxy/yaml_text.py", "stbproxy/trust_bundle.py",
          "stbproxy/serve_process.py", "stbproxy/pytest_plugin.py", "stbproxy/upstream.py",
          "stbproxy/stb/tool_docs.py", "stbproxy/stb/validity.py", "stbproxy/key_rules.py", "stbproxy/redact.py",

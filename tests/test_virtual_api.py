@@ -383,7 +383,8 @@ def test_toolbench_client_against_serve_after_import(tmp_path, stb_data):
     assert ("imported: 2, duplicates: 0, failed answers kept (served as StableToolBench serves them): 1, "
             "unparseable: 1") in imported.stdout
     assert "not a literal" in imported.stderr
-    tools = subprocess.run([*cli, "import", "tools", str(stb_data / "solvable_queries/test_instruction/G1_instruction.json"),
+    tools = subprocess.run([*cli, "import", "tools",
+                            str(stb_data / "solvable_queries/test_instruction/G1_instruction.json"),
                             "--store", str(store)], capture_output=True, text=True, timeout=120)
     assert tools.returncode == 0, tools.stderr
     again = subprocess.run([*cli, "import", "stb-cache", str(cache), "--store", str(store)],
@@ -402,11 +403,13 @@ def test_toolbench_client_against_serve_after_import(tmp_path, stb_data):
             {"category": "Data", "tool_name": "TheClique", "api_name": "Songkick concert",
              "tool_input": json.dumps({"id_conc": "bad"}), "key": TOOLBENCH_KEY},
         ])
-        bad = subprocess.run([sys.executable, "-c", "import requests,sys; r=requests.post(sys.argv[1], json={'tool_name': 1});"
+        bad = subprocess.run([sys.executable, "-c",
+                              "import requests,sys; r=requests.post(sys.argv[1], json={'tool_name': 1});"
                               "print(r.status_code, r.text)", service], capture_output=True, text=True, timeout=60)
     assert [s["status"] for s in seen] == [200, 200, 200, 200]
     assert seen[0]["source"] == "cache"
-    assert seen[0]["json"] == {"error": "", "response": "{\"name\": \"The Lumineers\", \"venue_name\": \"Aware Super Theatre\"}"}
+    assert seen[0]["json"] == {"error": "", "response": "{\"name\": \"The Lumineers\", "
+                                                        "\"venue_name\": \"Aware Super Theatre\"}"}
     assert seen[1]["json"] == {"error": "", "response": "Chat with user."}
     assert seen[2]["json"] == {"error": "Tool input parse error...\n", "response": ""}
     # a cached failure is served as StableToolBench's server serves it, and says where it came from

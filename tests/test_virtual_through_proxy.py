@@ -125,7 +125,8 @@ def test_real_calls_carry_documented_names_and_http_meets_virtual(tmp_path, upst
         drop_in = {"SERVICE_URL": f"{proxy.url}/virtual"}
         over_virtual = stb_client(drop_in, [
             team_players(is_id="42" if exact else 42, is_from="2020-01-01", playerid="p7", Extra_Arg="x"),
-            stb_call("Sports", "loop_ball", "player_for_loop_ball", {"playerid": "p9", "is_from": "2021"}, TOOLBENCH_KEY),
+            stb_call("Sports", "loop_ball", "player_for_loop_ball", {"playerid": "p9", "is_from": "2021"},
+                     TOOLBENCH_KEY),
         ])
         over_http = agent(proxy.client_env(), [
             {"method": "GET", "url": upstream.url("/api/team?playerId=p7&Extra_Arg=x&from=2020-01-01&id=42")},

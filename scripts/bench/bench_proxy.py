@@ -32,7 +32,8 @@ CPU per hit, a direct call to the upstream for the added latency, one worker for
 2-core machine the speed-up's paired ratios spread widely, and this takes more repeats in
 less time.
 
-Usage: python scripts/bench/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R] [--concurrency 1,16,32]
+Usage: python scripts/bench/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R]
+       [--concurrency 1,16,32]
 """
 
 from __future__ import annotations
@@ -236,7 +237,8 @@ def summarize(args, matrix: Matrix, top: int) -> None:
               f"(target <= {RATIO_TARGET}: {verdict(cpu / base <= RATIO_TARGET)})")
     if not args.workers_only:
         for concurrency in args.concurrency:
-            pairs = zip(matrix.runs[("https", "stbproxy", concurrency)], matrix.runs[("plain", "stbproxy", concurrency)])
+            pairs = zip(matrix.runs[("https", "stbproxy", concurrency)],
+                        matrix.runs[("plain", "stbproxy", concurrency)])
             tls = median(https["cpu_ms"] / plain["cpu_ms"] for https, plain in pairs)
             print(f"https / plain: CPU per keep-alive hit at concurrency {concurrency}: {tls:.2f} (median of the "
                   f"repeats' ratios; target <= {HTTPS_TARGET}: {verdict(tls <= HTTPS_TARGET)})")
@@ -275,7 +277,8 @@ def _options(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--distinct", type=int, help="distinct requests stored and replayed [200]")
     p.add_argument("--quick", action="store_true", help="a small run for smoke tests (a minute)")
     p.add_argument("--workers-only", action="store_true",
-                   help="only stbproxy with one worker and with --workers 2: the speed-up, with more repeats in less time")
+                   help="only stbproxy with one worker and with --workers 2: the speed-up, "
+                        "with more repeats in less time")
     p.add_argument("--before", type=Path, default=None, metavar="DIR",
                    help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
     a = p.parse_args(argv)

@@ -88,7 +88,8 @@ class Misses:
                      self._loggable(call.request))
             return await self._simulate(call, f"injected fault {decision.rule}", fault=decision.rule)
         if call.upstream is None:
-            return await self._unavailable(call, UpstreamError(call.no_upstream or "no real API is known for this call"))
+            return await self._unavailable(call,
+                                           UpstreamError(call.no_upstream or "no real API is known for this call"))
         try:
             response, seconds = await self.kinds.of(call).send_upstream(call, self.upstream.send)
         except UpstreamError as exc:
@@ -124,7 +125,8 @@ class Misses:
         marked ``error``, kept in the session's log but never stored, exported or replayed."""
         reason = self._scrub(call, str(exc))
         if exc.failure in CONFIGURATION_FAILURES:
-            self._warn_once(call.host, f"no call to {call.host or 'this host'} can succeed until this is fixed: {reason}")
+            self._warn_once(call.host,
+                            f"no call to {call.host or 'this host'} can succeed until this is fixed: {reason}")
         else:
             log.info("upstream failed for %s: %s", self._loggable(call.request), reason)
         return self._answer(error_object_response(f"stbproxy: {reason}", status=502), Source.ERROR, call.key,

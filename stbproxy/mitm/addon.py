@@ -153,7 +153,8 @@ class StbAddon:
         None: the check is done."""
         request = flow.request
         # proxyauth (an earlier addon) answered 407: to wrong credentials when some were sent
-        wrong = flow.response is not None and flow.response.status_code == 407 and "proxy-authorization" in request.headers
+        wrong = (flow.response is not None and flow.response.status_code == 407
+                 and "proxy-authorization" in request.headers)
         credentials = wrong or "proxyauth" in flow.metadata
         data = request.data
         if wrong or self.guard.waits_on_head(data.method, credentials, flow.client_conn.peername):

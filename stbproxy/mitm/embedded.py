@@ -64,7 +64,7 @@ def usable_internals() -> bool:
     missing = internals.changed(internals.LISTENING)
     if missing:
         raise ConfigError(internals.changed_message(missing, "stbproxy cannot listen with it; install the "
-                                                              f"mitmproxy version pyproject.toml pins ({internals.TESTED})"))
+                                                    f"mitmproxy version pyproject.toml pins ({internals.TESTED})"))
     missing = internals.changed(internals.LEAN_MASTER + internals.FAST_LANE)
     if missing:
         log.warning("%s", internals.changed_message(missing, "running as with --no-fast-lane"))

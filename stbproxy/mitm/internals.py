@@ -523,7 +523,8 @@ def _h2_read_turn(server, guard, handling):
     from stbproxy.mitm.h2_guard import MAX_UNREAD
 
     if len(guard.unread) > MAX_UNREAD:
-        yield from _h2_calm_down(server, guard, f"sent frames faster than they can be read ({MAX_UNREAD} bytes waiting)")
+        yield from _h2_calm_down(server, guard,
+                                 f"sent frames faster than they can be read ({MAX_UNREAD} bytes waiting)")
         return
     yield from handling(server, events.DataReceived(server.conn, guard.next_frames()))
     if guard.unread and server._handle_event != server.done:  # still open, with frames waiting

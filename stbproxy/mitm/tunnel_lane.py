@@ -111,7 +111,8 @@ class Tunnel:
         self.client = client
         self.doors = doors  # the connection's: which requests the tunnel answers (lanes.py)
         self.watched = watched  # hears what the connection does (connections.py)
-        self.reader = reader  # what it reads is reported to ``watched`` in the loop (a wrapper costs a coroutine a read)
+        # what it reads is reported to ``watched`` in the loop (a wrapper costs a coroutine a read)
+        self.reader = reader
         self.writer = writer
         self.top: layer.Layer | None = None
         self.stand_in: StandIn | None = None
@@ -308,7 +309,8 @@ class Tunnel:
                         if reply is not None:
                             batches.append(self.top.handle_event(reply))
                 for hook in hooks:
-                    if self.client.alpn == b"h2":  # as mitmproxy runs them: no stream holds the others, nor their resets
+                    # as mitmproxy runs them: no stream holds the others, nor their resets
+                    if self.client.alpn == b"h2":
                         self._on_its_own(hook)
                         continue
                     await self._hook(hook)
