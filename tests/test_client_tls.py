@@ -63,26 +63,38 @@ def handshake(server, client: ssl.SSLObject, client_in: ssl.MemoryBIO, client_ou
     """Pump a handshake between a stdlib client and a server driven as mitmproxy's TLS layer
     drives its connection (bio_write, do_handshake, bio_read until WantReadError)."""
     for _ in range(10):
-        try:
-            client.do_handshake()
-            client_done = True
-        except ssl.SSLWantReadError:
-            client_done = False
-        data = client_out.read()
-        if data:
-            server.bio_write(data)
-        try:
-            server.do_handshake()
-        except SSL.WantReadError:
-            pass
-        while True:
-            try:
-                client_in.write(server.bio_read(65535))
-            except SSL.WantReadError:
-                break
-        if client_done:
+        if handshake_round(server, client, client_in, client_out):
             return
     raise AssertionError("no handshake")
+
+
+def handshake_round(server, client: ssl.SSLObject, client_in: ssl.MemoryBIO, client_out: ssl.MemoryBIO,
+                    refusing: bool = False) -> bool:
+    """One round of a handshake: the client's flight to the server, the server's back. True
+    once the client is done; ``refusing``: the client's own refusal (its alert goes out) is
+    no error of the round."""
+    client_done = False
+    try:
+        client.do_handshake()
+        client_done = True
+    except ssl.SSLWantReadError:
+        pass
+    except ssl.SSLError:
+        if not refusing:
+            raise
+    data = client_out.read()
+    if data:
+        server.bio_write(data)
+    try:
+        server.do_handshake()
+    except SSL.WantReadError:
+        pass
+    while True:
+        try:
+            client_in.write(server.bio_read(65535))
+        except SSL.WantReadError:
+            break
+    return client_done
 
 
 def stdlib_client(context: ssl.SSLContext, sni: str = HOST):
@@ -192,24 +204,7 @@ def failed_handshake(server, client_ctx: ssl.SSLContext) -> tuple:
     client, client_in, client_out = stdlib_client(client_ctx)
     with pytest.raises(SSL.Error) as raised:
         for _ in range(10):
-            try:
-                client.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLError:
-                pass  # the client's own refusal: its alert is in client_out
-            data = client_out.read()
-            if data:
-                server.bio_write(data)
-            try:
-                server.do_handshake()
-            except SSL.WantReadError:
-                pass
-            while True:
-                try:
-                    client_in.write(server.bio_read(65535))
-                except SSL.WantReadError:
-                    break
+            handshake_round(server, client, client_in, client_out, refusing=True)
     return raised.value.args[0][-1]
 
 

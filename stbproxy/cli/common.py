@@ -267,6 +267,15 @@ def ctrl_c_between_writes():
         sys.unraisablehook = previous_hook
 
 
+def echo_listed(label: str, items: list, limit: int = 50, more: str = "more") -> None:
+    """One stderr line per item (``  label: item``), the first ``limit`` of them, then how
+    many more there were: a long list never buries the command's summary."""
+    for item in items[:limit]:
+        click.echo(f"  {label}: {item}", err=True)
+    if len(items) > limit:
+        click.echo(f"  ... and {len(items) - limit} {more}", err=True)
+
+
 def interrupted(done: str) -> None:
     """End a command that Ctrl-C stopped: what it had done, on one line, and status 130."""
     click.echo(f"stbproxy: interrupted: {done}", err=True)

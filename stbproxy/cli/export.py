@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stbproxy.cli.common import fail, known_session, store_option
+from stbproxy.cli.common import echo_listed, fail, known_session, store_option
 from stbproxy.cli.shared_tier import open_reader, shared_option
 from stbproxy.errors import StbError
 
@@ -89,10 +89,7 @@ def export(session: str | None, pattern: str | None, output: Path | None, fmt: s
         written = cassettes.write_cassette(output, exchanges, cassettes.format_for(output, fmt), left_out=left_out)
     except StbError as exc:
         fail(str(exc))
-    for line in skipped[:50]:
-        click.echo(f"  skipped: {line}", err=True)
-    if len(skipped) > 50:
-        click.echo(f"  ... and {len(skipped) - 50} more", err=True)
+    echo_listed("skipped", skipped)
     _report_left_out(left_out)
     simulated = f", {total - len(exchanges)} simulated left out" if exclude_simulated else ""
     left_out_ids = {item.index for item in left_out}
@@ -107,10 +104,7 @@ def export(session: str | None, pattern: str | None, output: Path | None, fmt: s
 
 def _report_left_out(left_out: list[LeftOut]) -> None:
     """One line per exchange an export could not write: its method, redacted URL, key and why."""
-    for item in left_out[:50]:
-        click.echo(f"  not exported: {item}", err=True)
-    if len(left_out) > 50:
-        click.echo(f"  ... and {len(left_out) - 50} more not exported", err=True)
+    echo_listed("not exported", left_out, more="more not exported")
 
 
 def _origins(exchanges: Iterable[Exchange]) -> str:

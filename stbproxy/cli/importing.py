@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stbproxy.cli.common import CtrlC, ctrl_c_between_writes, fail, interrupted, store_option
+from stbproxy.cli.common import CtrlC, ctrl_c_between_writes, echo_listed, fail, interrupted, store_option
 from stbproxy.cli.shared_tier import SharedCopies, SharedImport, open_bulk, shared_option
 from stbproxy.errors import StbError
 
@@ -317,10 +317,7 @@ def import_cassette(files: tuple[Path, ...], store: Path, session: str | None, s
                             "imports the rest" + (", and logs only the calls not logged yet" if session else ""))
     except StbError as exc:
         fail(str(exc))
-    for problem in problems[:50]:
-        click.echo(f"  problem: {problem}", err=True)
-    if len(problems) > 50:
-        click.echo(f"  ... and {len(problems) - 50} more", err=True)
+    echo_listed("problem", problems)
     if problems:
         sys.exit(1)
 
