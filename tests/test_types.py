@@ -19,7 +19,7 @@ STRICT = ["stbcore", "stbproxy/keys.py", "stbproxy/key_rules.py", "stbproxy/cano
 PLAIN = ["eval", "stbproxy/cli", "stbproxy/synthesis", "stbproxy/sim", "stbproxy/mcp", "stbproxy/openapi",
          "stbproxy/forensics", "stbproxy/stability", "stbproxy/stb_cache", "stbproxy/cassettes", "stbproxy/front",
          "stbproxy/multipart.py", "stbproxy/jsonsafe.py", "stbproxy/yaml_text.py", "stbproxy/trust_bundle.py",
-         "stbproxy/serve_process.py", "stbproxy/pytest_plugin.py", "stbproxy/upstream.py",
+         "stbproxy/serve_process.py", "stbproxy/pytest_plugin.py", "stbproxy/upstream",
          "stbproxy/stb/tool_docs.py", "stbproxy/stb/validity.py", "stbproxy/key_rules.py", "stbproxy/redact.py",
          "stbproxy/request_secrets.py", "stbproxy/serve_options.py", "stbproxy/settings.py"]
 

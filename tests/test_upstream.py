@@ -48,7 +48,7 @@ def test_an_extra_ca_adds_trust_and_keeps_the_public_cas(test_ca):
     """--upstream-ca adds a CA for private hosts: the public CAs stay trusted beside it."""
     import certifi
 
-    from stbproxy.upstream import _verification
+    from stbproxy.upstream.client import _verification
 
     context = _verification(UpstreamConfig(ca_file=str(test_ca.ca_file)))
     public = ssl.create_default_context(cafile=certifi.where())

@@ -18,7 +18,7 @@ REFRESH_INTERVAL = 60.0  # seconds between two real calls for the same simulated
 # Upstream failures that a setting fixes: answered as errors in every mode, never simulated.
 CONFIGURATION_FAILURES = frozenset({UpstreamFailure.TLS})
 # Real answers the proxy refuses whole (over --max-upstream-body, a coding it does not decode:
-# upstream.py): errors in every mode too, never simulated, since the API did answer.
+# upstream/codings.py): errors in every mode too, never simulated, since the API did answer.
 REFUSED_ANSWERS = frozenset({UpstreamFailure.TOO_LARGE, UpstreamFailure.UNDECODABLE})
 # Failures of the proxy's own (an MCP session it could not open at the server): answered as
 # errors, never simulated, so nothing made up for them is ever kept.

@@ -161,7 +161,7 @@ def read_flow_file(path: str | os.PathLike):
                 if answer is None:
                     yield request, None
                     continue
-                # as upstream.py keeps a real answer's header fields: their bytes, as Latin-1 text
+                # as upstream/client.py keeps a real answer's header fields: their bytes, as Latin-1 text
                 headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers.fields)
                 body = answer.get_content(strict=False) or b""
                 if answer.headers.get("content-encoding") and body != (answer.raw_content or b""):

@@ -129,7 +129,7 @@ class ChunkedReader:
 def without_hop_by_hop(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """The header fields without those a proxy must not forward: the ones the Connection field
     names (RFC 9110 7.6.1). The standard hop-by-hop fields themselves go where requests are sent
-    (upstream.py); ``Connection: close, Authorization`` drops Authorization too, as the RFC says."""
+    (upstream/client.py); ``Connection: close, Authorization`` drops Authorization too, as the RFC says."""
     named: set[str] = set()
     for name, value in headers:
         if len(name) == 10 and name.lower() == "connection":

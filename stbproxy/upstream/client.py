@@ -10,7 +10,7 @@ What is read of an answer is bounded (``UpstreamConfig.max_body``, ``serve
 compression bomb stops inflating at the limit. A larger answer is refused whole
 (UpstreamError ``too-large``: the engine answers 502, never simulated or stored), not
 streamed: an answer is judged, redacted and kept whole or not at all, and an agent reads it
-into a context window of a few megabytes. The codings decoded are those of _DECODERS, in
+into a context window of a few megabytes. The codings decoded are those of codings.py, in
 any stack (``gzip, br``); a request's Accept-Encoding offers no other, and an answer in
 another (``compress``) is refused (``undecodable``), never passed on half decoded.
 
@@ -33,10 +33,8 @@ import asyncio
 import contextlib
 import ssl
 import time
-import zlib
 from dataclasses import dataclass
-from types import ModuleType
-from typing import AsyncIterator, Callable, Iterable, Iterator, Protocol
+from typing import AsyncIterator
 from urllib.parse import urlsplit
 
 import certifi  # httpx's own source of public CAs
@@ -44,20 +42,9 @@ import httpx
 
 from stbproxy.errors import ConfigError, UpstreamError, UpstreamFailure
 from stbproxy.models import Headers, Request, Response, StreamedResponse
-
-try:  # installed with mitmproxy, as httpx finds them
-    import brotli
-except ImportError:  # pragma: no cover
-    brotli = None
-zstandard: ModuleType | None
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
+from stbproxy.upstream.codings import Decoding, OverLimit, accepted_codings, answer_codings
 
 DEFAULT_MAX_UPSTREAM_BODY = 64 << 20  # twice the largest request body taken (32 MiB); see the docstring
-MAX_CODINGS = 5  # a longer stack of codings is refused (as urllib3 does)
-PIECE = 64 * 1024  # the most one step of gzip or deflate inflates
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx recomputes itself.
 _DROP_REQUEST = frozenset(
@@ -166,7 +153,7 @@ class Upstream:
                 content = await _read_whole(reply, self.config.max_body, request)
                 return _response(reply, content), time.perf_counter() - started
             try:
-                decoding = _Decoding(_codings(reply, request.url), None)
+                decoding = Decoding(answer_codings(reply, request.url), None)
             except UpstreamError:
                 await reply.aclose()
                 raise
@@ -231,7 +218,7 @@ class _EventStream:
     """A real server's event stream as it arrives (decoded: no Content-Encoding; each piece
     bounded, however well the server compressed it)."""
 
-    def __init__(self, reply: httpx.Response, host: str, decoding: "_Decoding", limit: int | None = None) -> None:
+    def __init__(self, reply: httpx.Response, host: str, decoding: "Decoding", limit: int | None = None) -> None:
         self._reply = reply
         self._host = host  # the stream's failure is logged where no redaction rule reaches: no path, no query
         self._decoding = decoding
@@ -278,12 +265,12 @@ async def _read_whole(reply: httpx.Response, limit: int, request: Request) -> by
             read += len(raw)
             if read > limit:
                 raise _too_large(limit, url, "")
-            decoding = decoding or _Decoding(_codings(reply, url), limit)
+            decoding = decoding or Decoding(answer_codings(reply, url), limit)
             parts.extend(decoding.feed(raw))
         if decoding is not None:
             parts.extend(decoding.flush())
         return b"".join(parts)
-    except _OverLimit as exc:
+    except OverLimit as exc:
         raise _too_large(limit, url, f" once decoded ({exc})") from None
     finally:
         await reply.aclose()
@@ -293,184 +280,6 @@ def _too_large(limit: int, url: str, detail: str) -> UpstreamError:
     return UpstreamError(f"the upstream's answer is larger than the limit of {limit:,} bytes (--max-upstream-body)"
                          f"{detail}; it was not read further, passed on or stored: {url}",
                          failure=UpstreamFailure.TOO_LARGE)
-
-
-# -- content codings ------------------------------------------------------------------------
-
-
-class _OverLimit(Exception):
-    """A coding made more than the limit (its name is the message)."""
-
-
-class _Decoder(Protocol):
-    """One coding undone: pieces in, what they make out; ``flush`` at the body's end."""
-
-    def feed(self, data: bytes) -> Iterable[bytes]: ...
-
-    def flush(self) -> Iterable[bytes]: ...
-
-
-class _Inflate:
-    """gzip and x-gzip (every member, as gzip concatenates them) or deflate (zlib-wrapped as
-    RFC 9110 says, or raw as some servers send it), PIECE bytes at most per step: zlib's
-    own bound, so a bomb never inflates further than the limit."""
-
-    def __init__(self, gzip: bool) -> None:
-        self._gzip = gzip
-        self._inflate = None  # made once two bytes tell which kind of stream follows
-        self._streams = 0
-        self._held = b""  # fewer than two bytes of a stream's start
-        self._more = False  # zlib may hold output that the last step had no room for
-        self._ended = False  # what follows the (last) stream is ignored
-
-    def _start(self, first: bytes):
-        self._streams += 1
-        if self._gzip:  # a further member starts with gzip's magic; anything else is trailing junk
-            return zlib.decompressobj(16 + zlib.MAX_WBITS) if self._streams == 1 or first == b"\x1f\x8b" else None
-        if self._streams > 1:
-            return None
-        zlib_header = first[0] & 0x0F == 8 and int.from_bytes(first, "big") % 31 == 0
-        return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        data, self._held = self._held + data, b""
-        while (data or self._more) and not self._ended:
-            if self._inflate is None:
-                if len(data) < 2:
-                    self._held = data
-                    return
-                self._inflate = self._start(data[:2])
-                if self._inflate is None:
-                    self._ended = True
-                    return
-            try:
-                out = self._inflate.decompress(data, PIECE)
-            except zlib.error as exc:
-                raise httpx.DecodingError(f"{'gzip' if self._gzip else 'deflate'}: {exc}") from None
-            data, self._more = self._inflate.unconsumed_tail, len(out) == PIECE
-            if out:
-                yield out
-            if self._inflate.eof:
-                data, self._inflate, self._more = self._inflate.unused_data + data, None, False
-
-    def flush(self) -> Iterable[bytes]:
-        if self._inflate is not None or (self._held and not self._streams):
-            raise httpx.DecodingError(f"the {'gzip' if self._gzip else 'deflate'} body ends before its stream does")
-        return ()
-
-
-class _Sliced:
-    """brotli and zstd, whose libraries take no bound on what one call makes: they are fed a
-    few bytes at a time, which bounds each step (zstd: 4 bytes may make a 128 KiB block, so
-    256 make at most 8 MiB; brotli: 16 bytes hold at most a meta-block or two, 16 MiB each)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._step = 16 if name == "br" else 256
-        self._decoder = self._new()
-        self._seen = False
-
-    def _new(self):
-        if self._name == "br":
-            return brotli.Decompressor()
-        return zstandard.ZstdDecompressor(max_window_size=8 << 20).decompressobj()  # RFC 9659's window
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        self._seen = self._seen or bool(data)
-        step = self._step
-        try:
-            for at in range(0, len(data), step):
-                out = self._process(data[at:at + step])
-                if out:
-                    yield out
-        except _LIBRARY_ERRORS as exc:
-            raise httpx.DecodingError(f"{self._name}: {exc}") from None
-
-    def _process(self, data: bytes) -> bytes:
-        if self._name == "br":
-            return self._decoder.process(data)
-        if self._decoder.eof:  # a frame ended with the last piece: the next one starts here
-            self._decoder = self._new()
-        out = self._decoder.decompress(data)
-        while self._decoder.eof and self._decoder.unused_data:  # frames one after another
-            rest, self._decoder = self._decoder.unused_data, self._new()
-            out += self._decoder.decompress(rest)
-        return out
-
-    def flush(self) -> Iterable[bytes]:
-        finished = self._decoder.is_finished() if self._name == "br" else self._decoder.eof
-        if self._seen and not finished:
-            raise httpx.DecodingError(f"the {self._name} body ends before its stream does")
-        return ()
-
-
-_LIBRARY_ERRORS = tuple(error for error in (getattr(brotli, "error", None), getattr(zstandard, "ZstdError", None))
-                        if error is not None)
-_DECODERS: dict[str, Callable[[], _Decoder] | None] = {
-    "identity": None, "gzip": lambda: _Inflate(True), "x-gzip": lambda: _Inflate(True),
-    "deflate": lambda: _Inflate(False)}
-if brotli is not None:
-    _DECODERS["br"] = lambda: _Sliced("br")
-if zstandard is not None:
-    _DECODERS["zstd"] = lambda: _Sliced("zstd")
-
-
-def accepted_codings(value: str) -> str:
-    """A client's Accept-Encoding as sent upstream: only the codings decoded here (a server
-    would otherwise be free to answer in one that cannot be read); ``identity`` if none is left."""
-    kept = [item.strip() for item in value.split(",")
-            if item.split(";", 1)[0].strip().lower() in _DECODERS]
-    return ", ".join(kept) or "identity"
-
-
-def _codings(reply: httpx.Response, url: str) -> list[str]:
-    """The answer's codings in the order they were applied; UpstreamError (``undecodable``)
-    when one of them is not decoded here or there are too many."""
-    codings = [c.strip().lower() for value in reply.headers.get_list("content-encoding")
-               for c in value.split(",") if c.strip()]
-    unknown = [c for c in codings if c not in _DECODERS]
-    if unknown or len(codings) > MAX_CODINGS:
-        known = ", ".join(_DECODERS)
-        why = (f"{unknown[0]!r} is not a coding this proxy decodes ({known})" if unknown
-               else f"this proxy decodes at most {MAX_CODINGS} codings one over another")
-        raise UpstreamError(f"the upstream answered with Content-Encoding {', '.join(codings)!r}: {why}; "
-                            f"the answer was not passed on or stored: {url}", failure=UpstreamFailure.UNDECODABLE)
-    return codings
-
-
-class _Decoding:
-    """An answer's codings undone, last applied first, one bounded piece at a time; _OverLimit
-    when any of them has made more than ``limit`` bytes (None: no limit, an event stream)."""
-
-    def __init__(self, codings: list[str], limit: int | None) -> None:
-        makers = [_DECODERS[c] for c in reversed(codings)]
-        self._stages = [make() for make in makers if make is not None]  # (only identity has none)
-        self._names = [c for c in reversed(codings) if c != "identity"]
-        self._made = [0] * len(self._stages)
-        self._limit = limit
-
-    def feed(self, data: bytes) -> Iterable[bytes]:
-        if not data:
-            return ()
-        return self._through(0, (data,)) if self._stages else (data,)
-
-    def flush(self) -> Iterator[bytes]:
-        for at, stage in enumerate(self._stages):
-            yield from self._through(at + 1, self._counted(at, stage.flush()))
-
-    def _through(self, at: int, pieces: Iterable[bytes]) -> Iterator[bytes]:
-        if at == len(self._stages):
-            yield from pieces
-            return
-        for piece in pieces:
-            yield from self._through(at + 1, self._counted(at, self._stages[at].feed(piece)))
-
-    def _counted(self, at: int, pieces: Iterable[bytes]) -> Iterator[bytes]:
-        for piece in pieces:
-            self._made[at] += len(piece)
-            if self._limit is not None and self._made[at] > self._limit:
-                raise _OverLimit(self._names[at])
-            yield piece
 
 
 def _response(reply: httpx.Response, content: bytes) -> Response:
