@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
-from tests.test_integration_proxy import agent
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ import pytest
 from stbproxy.cli import main
 from stbproxy.sessions import safe_session_name
 from stbproxy.store.embedded import Store
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
-from tests.test_integration_proxy import agent
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

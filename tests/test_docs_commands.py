@@ -6,7 +6,7 @@ all small and made up, see tests/stb_samples.py) and holds a copy of the clone's
 examples/ (the README's tour runs on examples/stb-sample/), against real ``stbproxy serve``
 processes on loopback, with a loopback fake as the LLM judge. How blocks are found and
 run, and the markers a page uses for a block that cannot run here, are in
-tests/docblocks.py. docs/clients.md is run by tests/test_client_recipes.py, through a
+tests/docblocks.py. docs/clients.md is run by tests/proxy/test_client_recipes.py, through a
 proxy in front of a TLS upstream. Besides: every marker gives its reason, every
 relative link and #anchor resolves, and the README stays short.
 """
@@ -26,7 +26,7 @@ from tests.docblocks import PAGES, REPO, Block, PageRun, blocks, import_problems
 from tests.fakes.fake_openai import FakeOpenAI, ToolCall
 from tests.stb_samples import QUERIES, reference_entry, write_json, write_sample_stb
 
-RUN_ELSEWHERE = {"docs/clients.md": "tests/test_client_recipes.py"}
+RUN_ELSEWHERE = {"docs/clients.md": "tests/proxy/test_client_recipes.py"}
 README_MAX_LINES = 250
 
 

@@ -21,8 +21,8 @@ from stbproxy.keys import request_key
 from stbproxy.models import Request
 from stbproxy.sessions import safe_session_name
 from stbproxy.store.embedded import Store
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess, Upstream
-from tests.test_integration_proxy import agent
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """scripts/reliability/fuzz_proxy.py still runs: as a module from the repository root, as its
 docstring says, on both lanes, with a few valid cases (the hostile classes are the business
-of tests/test_fuzz_proxy.py)."""
+of tests/proxy/test_fuzz_proxy.py)."""
 
 from __future__ import annotations
 

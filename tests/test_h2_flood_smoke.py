@@ -1,5 +1,5 @@
 """scripts/reliability/h2_flood.py still runs: --quick, as a real process, on both lanes (the
-thresholds are the business of tests/test_h2_flood.py; here they are wide, for a busy machine)."""
+thresholds are the business of tests/proxy/test_h2_flood.py; here they are wide, for a busy machine)."""
 
 from __future__ import annotations
 

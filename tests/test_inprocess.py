@@ -10,8 +10,8 @@ import requests
 
 from stbproxy.cassettes.inprocess import ReplayMismatch, replay
 from stbproxy.store.embedded import Store
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
-from tests.test_integration_proxy import agent
 
 CASSETTE = Path(__file__).resolve().parent.parent / "cassettes" / "weather_oslo.yaml"
 SEARCH = "http://127.0.0.1:18765/v1/cities/search"

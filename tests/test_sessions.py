@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from stbproxy.sessions import default_session_name, proxy_user, safe_session_name, session_from_headers
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
-from tests.test_integration_proxy import agent
 
 
 def basic(user: str, password: str = "") -> tuple[str, str]:

@@ -18,9 +18,9 @@ import pytest
 from stbproxy.settings import catalog_path_for
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
 from stbproxy.store.embedded import Store
+from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
 from tests.stb_client import stb_call, stb_client
-from tests.test_integration_proxy import agent
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ refused and never forwarded (``refused_framing``) and that an ordinary proxied G
 call and a GET inside a tunnel still work (``still_serving``), stops it and scans its
 log for tracebacks, "mitmproxy has crashed" and "internal error" (``log_problems``). The
 ``LaneRun`` it returns says whether the lane passed and prints the report that
-scripts/reliability/fuzz_proxy.py and tests/test_fuzz_proxy.py show.
+scripts/reliability/fuzz_proxy.py and tests/proxy/test_fuzz_proxy.py show.
 """
 
 from __future__ import annotations

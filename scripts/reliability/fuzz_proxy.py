@@ -10,7 +10,7 @@ answers with a 5xx it made itself, blames the upstream for a request that never 
 closes a whole request without an answer, or neither answers nor closes within --timeout
 seconds; a lane fails too when its log holds a Traceback, "mitmproxy has crashed" or
 "internal error", or when an ordinary proxied GET, a /virtual call or a GET in a tunnel fails
-afterwards. tests/test_fuzz_proxy.py runs the same for a few seconds per lane. The run itself
+afterwards. tests/proxy/test_fuzz_proxy.py runs the same for a few seconds per lane. The run itself
 is scripts/reliability/fuzz_lane.py's ``fuzz_lane``.
 
 Baseline: none to compare against; every case and check is pass/fail. What the loopback upstream

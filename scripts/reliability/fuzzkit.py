@@ -9,8 +9,8 @@ deep, numbers too long to convert, hundreds of header fields, odd content types,
 percent-garbage in queries and forms. Framing is always valid (a correct Content-Length), so
 every case deserves an answer. ``send`` sends one case on its own blocking connection.
 
-Used by scripts/reliability/reliability.py (its fuzz phase), tests/test_fast_lane_differential.py
-and tests/test_hardening_proxy.py. ``Case`` and these ingredients are shared with the rest of
+Used by scripts/reliability/reliability.py (its fuzz phase), tests/proxy/test_fast_lane_differential.py
+and tests/proxy/test_hardening_proxy.py. ``Case`` and these ingredients are shared with the rest of
 the fuzz kit (issue 24, items 5-8 and 10), one module per job:
 
 - fuzz_carriers.py: the valid requests hostile framing is made from, tagged with a case number;

@@ -4,7 +4,7 @@ The embedded master and the fast lanes reach below mitmproxy's public API for sp
 code that does (the lean master's hook cache, the skipped field checks, the replaced
 ``listen``, the tunnel lane's stand-in layer) lives here, and the other modules of this
 package use only mitmproxy's public names and this module. The private names, all checked
-by ``changed()`` (and so by tests/test_mitm_internals.py), tested with mitmproxy ``TESTED``:
+by ``changed()`` (and so by tests/proxy/test_mitm_internals.py), tested with mitmproxy ``TESTED``:
 
 lean master (a hook cache in place of mitmproxy's addon manager, field checks skipped):
   addonmanager.AddonManager._iter_hooks      the handlers an addon has for an event

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_integration_proxy import agent
+from tests.proxy.test_integration_proxy import agent
 
 pytestmark = pytest.mark.integration
-ADDON = Path(__file__).resolve().parent.parent / "addons" / "stbproxy_addon.py"
+ADDON = Path(__file__).resolve().parents[2] / "addons" / "stbproxy_addon.py"
 
 
 def free_port() -> int:

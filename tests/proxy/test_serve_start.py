@@ -49,8 +49,8 @@ def old_catalog(folder: Path, apis: int) -> Path:
 
 def make_store(path: Path) -> Path:
     """A store as a recording leaves it (an import of nothing creates it)."""
-    result = stbproxy("import", "cassette", str(Path(__file__).parent.parent / "cassettes" / "weather_oslo.yaml"),
-                      "--store", str(path))
+    cassette = Path(__file__).resolve().parents[2] / "cassettes" / "weather_oslo.yaml"
+    result = stbproxy("import", "cassette", str(cassette), "--store", str(path))
     assert result.returncode == 0, result.stderr
     return path
 

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
+from tests.proxy.test_fast_lane_differential import assert_same_transcripts, converse_on, normalized, read_answer
 from tests.servers import ProxyProcess, Upstream
-from tests.test_fast_lane_differential import assert_same_transcripts, converse_on, normalized, read_answer
 
 pytestmark = pytest.mark.integration
 

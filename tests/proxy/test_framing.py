@@ -1,7 +1,7 @@
 """stbproxy/mitm/framing.py on its own: chunks read strictly (h11 0.14 took any two bytes after
 a chunk's data for its CRLF, CVE-2025-43859), heads with bytes mitmproxy's reader drops unseen,
 transfer codings the proxy does not apply, and the header fields a Connection field names.
-The same through a running proxy, on both lanes: tests/test_framing_proxy.py."""
+The same through a running proxy, on both lanes: tests/proxy/test_framing_proxy.py."""
 
 from __future__ import annotations
 

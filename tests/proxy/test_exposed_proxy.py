@@ -11,7 +11,7 @@ from mitmproxy.addons import proxyauth
 from mitmproxy.test import taddons
 
 from stbproxy.mitm import StbAddon
-from tests.test_mitm_addon import flow_for
+from tests.proxy.test_mitm_addon import flow_for
 
 
 def answer(tmp_path, url: str, **options):

@@ -1,7 +1,7 @@
 """The parts of stbproxy/mitm/h2_guard.py that need no proxy: where frames end, the resets
 waiting among them, the reset budget, a reset stream's answer cancelled (and the call it
 shares with nobody else), and the stop watch that bounds SIGTERM. The proxy under a real
-HTTP/2 client is tests/test_h2_flood.py."""
+HTTP/2 client is tests/proxy/test_h2_flood.py."""
 
 from __future__ import annotations
 

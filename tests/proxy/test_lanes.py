@@ -12,10 +12,10 @@ from stbproxy.mitm import lanes
 from stbproxy.mitm.lanes import Doors
 from stbproxy.sessions import SessionRecord, expand_record, stored_record
 from stbproxy.store.embedded import Store
+from tests.proxy.test_client_tls import client_context
+from tests.proxy.test_fast_lane_differential import converse_on
+from tests.proxy.test_tunnel_lane_differential import connect
 from tests.servers import ProxyProcess, Upstream
-from tests.test_client_tls import client_context
-from tests.test_fast_lane_differential import converse_on
-from tests.test_tunnel_lane_differential import connect
 
 
 def options(**changed) -> types.SimpleNamespace:
