@@ -363,7 +363,7 @@ def test_refresh_simulated_serves_real_answers_once_the_api_is_back(tmp_path, up
     call = [{"method": "GET", "url": upstream.url("/echo?refresh=1")}]
     with ProxyProcess(store, "--faults", "down=1") as proxy:
         assert agent(proxy.client_env(), call)[0]["source"] == "simulated"
-    # (without --refresh-simulated it would be served for good: tests/test_engine.py)
+    # (without --refresh-simulated it would be served for good: tests/engine/test_engine.py)
     with ProxyProcess(store, "--refresh-simulated") as proxy:
         assert "asking real APIs again for simulated answers" in proxy.output[0]
         assert [s["source"] for s in agent(proxy.client_env(), call * 2)] == ["upstream", "cache"]

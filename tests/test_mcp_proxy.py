@@ -15,9 +15,9 @@ import yaml
 
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI
+from tests.keys.test_secret_forms import forbidden, leaks
 from tests.mcp_demo import McpServer, run_client
 from tests.servers import ProxyProcess
-from tests.test_secret_forms import forbidden, leaks
 
 pytestmark = pytest.mark.integration
 

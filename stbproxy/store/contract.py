@@ -4,7 +4,7 @@ The embedded store (embedded.Store), the tiered store (tiered.TieredStore: local
 shared tier), a reader worker's view (workers/reader_engine.ReaderStore) and a cassette
 played in memory (cassettes/store.CassetteStore) all answer it. ``OneTier`` gives the
 parts a store with nothing behind it answers the same way. A type checker holds each of
-them to it (tests/test_store_contract.py runs mypy on each as an EngineStore).
+them to it (tests/store/test_store_contract.py runs mypy on each as an EngineStore).
 """
 
 from __future__ import annotations

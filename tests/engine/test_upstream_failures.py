@@ -11,7 +11,7 @@ import pytest
 
 from stbproxy.errors import UpstreamError, UpstreamFailure
 
-PACKAGE = Path(__file__).resolve().parent.parent / "stbproxy"
+PACKAGE = Path(__file__).resolve().parents[2] / "stbproxy"
 
 
 def test_a_failure_outside_the_set_is_refused_and_members_read_as_their_words():

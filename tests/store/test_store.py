@@ -174,7 +174,7 @@ def test_kill_9_loses_nothing_already_acknowledged(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.getcwd()!r})
-        from tests.test_store import exchange
+        from tests.store.test_store import exchange
         from stbproxy.store.embedded import Store
         store = Store({str(tmp_path / 's')!r})
         for i in range(200):
@@ -193,7 +193,7 @@ def _writer_killed(tmp_path, body: str) -> subprocess.CompletedProcess:
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.getcwd()!r})
-        from tests.test_store import exchange
+        from tests.store.test_store import exchange
         from stbproxy.store.embedded import Store
         from stbproxy.store.record_format import encode_exchange
         store = Store({str(tmp_path / 's')!r})

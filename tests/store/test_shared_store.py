@@ -320,7 +320,7 @@ def test_the_documented_acl_user_can_do_everything_the_fleet_does(redis_server):
     import shlex
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "scale.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "scale.md").read_text()
     line = next(text.strip() for text in doc.splitlines() if text.strip().startswith("ACL SETUSER stbproxy"))
     assert redis_server.cli(*shlex.split(line.replace("LONG-RANDOM-PASSWORD", "acl-pw"))).strip() == "OK"
     url = parse_shared_url(f"redis://stbproxy:acl-pw@127.0.0.1:{redis_server.port}/0")

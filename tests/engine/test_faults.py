@@ -19,7 +19,7 @@ from stbproxy.sim.faults import (
     parse_fault_spec,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [f"tool_{i:03d}_for_demo" for i in range(400)]
 
 

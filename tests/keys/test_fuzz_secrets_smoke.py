@@ -14,7 +14,7 @@ import pytest
 from scripts.reliability.fuzz_secrets import Tally, secrets_of
 from scripts.reliability.secret_echo import ECHO_FORMS, WRITERS, places, received_values
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_checker_finds_every_form_of_every_secret_planted_in_a_text():
