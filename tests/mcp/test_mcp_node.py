@@ -24,7 +24,7 @@ from tests.servers import ProxyProcess
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).resolve().parent / "mcp_node"
+HERE = Path(__file__).resolve().parents[1] / "mcp_node"
 MODULES = HERE / "node_modules"
 EVERYTHING = MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 INSPECTOR = MODULES / "@modelcontextprotocol" / "inspector" / "cli" / "build" / "cli.js"

@@ -166,7 +166,7 @@ def test_bench_openapi_scale_runs_on_a_small_document(tmp_path):
 
     spec = tmp_path / "shapes.json"
     spec.write_text(json.dumps(document()))
-    script = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_openapi_scale.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_openapi_scale.py"
     done = subprocess.run([sys.executable, str(script), "--spec", f"shapes={spec}", "--only", "shapes",
                            "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -21,7 +21,7 @@ from stbproxy.stb.catalog import (
 )
 from tests.stb_samples import QUERIES, is_sample
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Tests of query files take ``stb_data`` (tests/conftest.py): a small generated folder, and
 # StableToolBench's real one when it is there.
 

@@ -2,7 +2,7 @@
 APIs.guru's directory swept (a fixed sample here, every document in scripts/openapi_sweep.py)
 and ReadMe's edge-case examples imported; each document imported, or refused in one line
 naming a JSON pointer, never a traceback. Skipped, saying so, only where the npm registry
-cannot be reached (tests/test_openapi_validator.py judges simulated answers)."""
+cannot be reached (tests/openapi/test_openapi_validator.py judges simulated answers)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.openapi_node import conformance
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import openapi_sweep  # noqa: E402
 
 SAMPLE_EVERY = 25  # the default suite sweeps every 25th APIs.guru document (path order): 106 of 2,639

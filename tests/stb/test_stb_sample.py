@@ -18,7 +18,7 @@ from stbcore.toolbench_names import api_key_name, function_name
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb_cache.importer import ImportSummary, api_of, cache_files, read_cache_file
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "stb-sample"
 TOOLS = SAMPLE / "data" / "toolenv" / "tools"
 CACHE = SAMPLE / "server" / "tool_response_cache"

@@ -1,6 +1,6 @@
 """Cassette-based regression tests: the demo agent against recorded traffic, network off.
 
-Replays use the cassettes in cassettes/. `pytest --stb-record tests/test_regression_cassettes.py`
+Replays use the cassettes in cassettes/. `pytest --stb-record tests/cassettes/test_regression_cassettes.py`
 records them again from the demo upstream (tests/demo/weather_api.py).
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.demo.weather_api import WeatherApi, forecast
 
-AGENT = Path(__file__).parent / "demo" / "agent.py"
+AGENT = Path(__file__).resolve().parents[1] / "demo" / "agent.py"
 SECRET = "demo-secret-key-123"
 
 
@@ -52,5 +52,5 @@ def test_agent_single_city(weather_api, stb_proxy):
 
 @pytest.mark.parametrize("name", ["weather_p_cities", "weather_oslo"])
 def test_committed_cassettes_hold_no_secret_and_say_where_answers_came_from(name):
-    text = (Path(__file__).parent.parent / "cassettes" / f"{name}.yaml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "cassettes" / f"{name}.yaml").read_text()
     assert SECRET not in text and "X-Stb-Source" in text
