@@ -12,7 +12,7 @@ The conventions the pages follow (docs/internals.md, "The docs are tested"):
 - ``<!-- not run: REASON -->`` just before a block: the block is not run here, for the
   reason given (a hosted LLM, a real RapidAPI key, a package install); a marker
   without a reason fails the test. Before a Python block the reason starts with its kind
-  (``fragment:`` or ``needs:``, see tests/test_docs_commands.py), and the block is still
+  (``fragment:`` or ``needs:``, see tests/house/test_docs_commands.py), and the block is still
   compiled and its imports run (:func:`import_problems`).
 - ``<!-- needs: WHAT -->`` just before a block: a command (``node``) or a Python module
   (``aiohttp``) the block needs; where it is missing the block's test skips, naming it.

@@ -18,7 +18,7 @@ plays both sides of each again, making the requests the pipeline makes:
 - :func:`record` records such a run into one session of a real ``stbproxy serve``.
 
 ``python -m tests.pipeline_run FILE`` records the run again and exports its session to
-FILE (the fixture ``tests/stbeval/data/pipeline_session.yaml`` was made so).
+FILE (the fixture ``tests/eval/data/pipeline_session.yaml`` was made so).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ page that merely parses the same embedded data, in the same run.
 
 In one run, in a temporary folder that is removed afterwards:
 
-1. build the synthetic report document (tests/stbeval/report_samples.py: N queries x R
+1. build the synthetic report document (tests/eval/report_samples.py: N queries x R
    rounds, about 6 steps each, answers of about 300 characters) and render it
    (eval/html_report.py); print the page's size (target < 5 MB);
 2. write the baseline page: the same ``<script type="application/json">`` block and a
@@ -39,7 +39,7 @@ from scripts.bench.hitbench import verdict  # noqa: E402
 from scripts.common import run_in_workdir  # noqa: E402
 from stbeval.html_json import embed_json  # noqa: E402
 from stbeval.html_report import render  # noqa: E402
-from tests.stbeval.report_samples import make_document  # noqa: E402
+from tests.eval.report_samples import make_document  # noqa: E402
 
 TARGET_SECONDS = 2.0
 TARGET_MB = 5.0

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The screenshot of the HTML report in the docs: a realistic sample document (40 queries,
-three rounds, a baseline; tests/stbeval/report_samples.py) rendered by eval/html_report.py,
+three rounds, a baseline; tests/eval/report_samples.py) rendered by eval/html_report.py,
 opened in headless Chromium (Debian's, driven by Playwright) 1280 px wide, the queries that
 changed since the baseline selected and one trajectory opened; saved as a small PNG.
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run as a file: tests.* from the repository root
 
 from stbeval.html_report import render  # noqa: E402
-from tests.stbeval.report_samples import make_document  # noqa: E402
+from tests.eval.report_samples import make_document  # noqa: E402
 
 WIDTH = 1280
 MAX_HEIGHT = 2600

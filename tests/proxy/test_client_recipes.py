@@ -22,7 +22,7 @@ from tests.docblocks import REPO, PageRun, blocks, missing_needs
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.servers import ProxyProcess, Upstream
 
-PAGE = REPO / "docs" / "clients.md"  # run here, not by tests/test_docs_commands.py
+PAGE = REPO / "docs" / "clients.md"  # run here, not by tests/house/test_docs_commands.py
 RECIPES: dict[str, list] = {}
 for _block in blocks(PAGE):
     if _block.section and (_block.file_name or (_block.is_command and _block.not_run is None)):

@@ -14,9 +14,9 @@ import textwrap
 
 import pytest
 
+from tests.cli.test_cli_process import env_lines, stbproxy
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.servers import ProxyProcess
-from tests.test_cli_process import env_lines, stbproxy
 
 pytestmark = pytest.mark.integration
 

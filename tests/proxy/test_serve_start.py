@@ -18,7 +18,7 @@ from stbproxy.store.embedded import Store
 from stbproxy.store.record_format import encode_exchange
 from stbproxy.store.shared_bulk import SharedBulk
 from stbproxy.store.shared_url import parse_shared_url
-from tests.test_cli_process import one_error_line, stbproxy
+from tests.cli.test_cli_process import one_error_line, stbproxy
 
 pytestmark = pytest.mark.integration
 

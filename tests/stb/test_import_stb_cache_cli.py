@@ -9,7 +9,7 @@ import json
 import pytest
 
 from stbproxy.store.embedded import Store
-from tests.test_cli_process import stbproxy
+from tests.cli.test_cli_process import stbproxy
 
 pytestmark = pytest.mark.integration
 

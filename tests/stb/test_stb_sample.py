@@ -1,5 +1,5 @@
 """examples/stb-sample/: the small StableToolBench-layout sample the README's tour runs on
-in a fresh clone (tests/test_docs_commands.py runs the tour's blocks on it). Here: it stays
+in a fresh clone (tests/house/test_docs_commands.py runs the tour's blocks on it). Here: it stays
 small, it imports without a problem, its cache, tool docs, queries and answers agree, and
 the tour's /virtual call and every call of its answers are answered from its cache."""
 

@@ -269,7 +269,7 @@ def test_stbproxy_shared_attaches_the_tier_and_so_does_its_older_name(tmp_path, 
 
 @pytest.mark.integration
 def test_a_shared_url_that_cannot_be_used_stops_serve_at_start_in_one_line(tmp_path):
-    from tests.test_cli_process import one_error_line, stbproxy
+    from tests.cli.test_cli_process import one_error_line, stbproxy
 
     nothing_there = free_port()
     with RedisProcess(tmp_path / "auth", "--requirepass", "right-pw-7") as server:

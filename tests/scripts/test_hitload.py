@@ -1,0 +1,87 @@
+"""The benchmarks' load generator (scripts/bench/hitload.py) counts what went wrong: a
+figure from it is only as honest as its checks. Run as the benchmarks run it, against a
+loopback server that misbehaves on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+HITLOAD = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "hitload.py"
+GOOD = b"hello"
+
+
+class _Server:
+    """Keep-alive HTTP/1.1 on 127.0.0.1: every third answer has the wrong body, and every
+    fifth request gets its answer and then the connection closed."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.count = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while conn.recv(4096):
+                with self.lock:
+                    self.count += 1
+                    n = self.count
+                body = b"wrong" if n % 3 == 0 else GOOD
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                if n % 5 == 0:
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _run(tmp_path: Path, port: int, requests: int) -> dict:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"kind": "plain", "expect": "", "items": [
+        ["GET http://@HOSTPORT@/a HTTP/1.1\r\nHost: api.test\r\n\r\n", GOOD.decode()]]}))
+    done = subprocess.run([sys.executable, str(HITLOAD), "--port", str(port), "--plan", str(plan),
+                           "--requests", str(requests), "--concurrency", "4", "--timeout", "60"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(150)
+def test_wrong_bodies_and_closed_connections_are_counted_as_failures(tmp_path):
+    server = _Server()
+    try:
+        result = _run(tmp_path, server.port, 300)
+    finally:
+        server.close()
+    samples = " | ".join(result["samples"])
+    assert result["failures"] > 0 and "another body than expected: b'wrong'" in samples, result
+    # Every request had one outcome: a checked answer, a wrong one, or a lost connection.
+    assert 0 < result["ok"] < 300 and result["ok"] + result["failures"] == 300, result
+    assert result["rps"] > 0 and result["p50_ms"] > 0, result
+
+
+@pytest.mark.timeout(150)
+def test_a_refused_connection_is_a_failure_not_a_crash(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+    result = _run(tmp_path, port, 10)  # nothing listens there any more
+    assert result["ok"] == 0 and result["failures"] >= 1, result
+    assert "ConnectionRefusedError" in result["samples"][0], result
