@@ -9,7 +9,7 @@
 - streaming.py, relay.py: answers whose body is still arriving (a server's event stream),
   written as they arrive by the lanes, or through a loopback relay that mitmproxy streams.
 - flows.py: flows and models, both ways, and mitmproxy flow files; ca.py: the user's CA.
-- internals.py: every use of mitmproxy's private names, listed at its top.
+- internals/: every use of mitmproxy's private names, listed at the top of its __init__.py.
 - worker_pool.py: ``serve --workers N``, N processes each running this front end on one
   port (the link between them is workers/).
 

@@ -59,7 +59,7 @@ class ServeHooks:
 
 def usable_internals() -> bool:
     """Whether this mitmproxy has the private names the lean master and the fast lanes use
-    (internals.py). If not, serve runs on mitmproxy's own master and protocol layers, as
+    (internals/). If not, serve runs on mitmproxy's own master and protocol layers, as
     with --no-fast-lane, after one warning; without the names it listens with, it cannot run."""
     missing = internals.changed(internals.LISTENING)
     if missing:

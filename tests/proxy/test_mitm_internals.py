@@ -1,4 +1,4 @@
-"""mitmproxy's private names that stbproxy uses (stbproxy/mitm/internals.py): each is there
+"""mitmproxy's private names that stbproxy uses (the package stbproxy/mitm/internals/): each is there
 in the mitmproxy the tests run, and a mitmproxy without them gets a slower proxy, not a crash."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import requests
@@ -81,3 +82,14 @@ def test_a_proxy_on_a_changed_mitmproxy_serves_without_the_fast_lane(tmp_path):
     assert answer.status_code == 200 and answer.headers["X-Stb-Source"] == "simulated"
     warnings = [line for line in lines if "running as with --no-fast-lane" in line]
     assert len(warnings) == 1 and "no_such_name_in_any_mitmproxy" in warnings[0]
+
+
+def test_only_the_internals_package_names_mitmproxys_private_names():
+    """The other modules of stbproxy.mitm (the one user of mitmproxy) name none of the private
+    modules and attributes that internals.EVERY lists."""
+    package = Path(internals.__file__).parent
+    names = {part for internal in internals.EVERY for part in (*internal.module.split("."), internal.name)
+             if part.startswith("_") and not part.startswith("__")}
+    private = re.compile(r"\b(?:" + "|".join(sorted(names)) + r")\b")
+    users = [path.name for path in sorted(package.parent.glob("*.py")) if private.search(path.read_text())]
+    assert names and users == []
