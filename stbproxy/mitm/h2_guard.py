@@ -71,7 +71,8 @@ async def _unless_cancelled(flow, answering) -> None:
     try:
         await task
     except asyncio.CancelledError:
-        if not task.cancelled() or asyncio.current_task().cancelling():
+        current = asyncio.current_task()  # the hook's own task (it is awaited in one)
+        if not task.cancelled() or (current is not None and current.cancelling()):
             raise  # the proxy is stopping: the hook itself goes
         if flow.killable:  # the client reset the stream: nothing is answered, mitmproxy says nothing
             flow.kill()

@@ -93,7 +93,8 @@ class Internal:
             if holder is None:
                 return False
         if self.per_instance:  # set in a method (__init__): an attribute store names it in the code
-            setter = inspect.unwrap(getattr(holder, self.set_in, None))  # below mitmproxy's @expect
+            setter: Any = getattr(holder, self.set_in, None)
+            setter = inspect.unwrap(setter)  # below mitmproxy's @expect
             return self.name in getattr(getattr(setter, "__code__", None), "co_names", ())
         return hasattr(holder, self.name)
 

@@ -35,9 +35,10 @@ def mend_http1_server(error_response: Callable[[int, str], bytes]) -> None:
             return
         yield from reading_headers(self, event)
 
-    _http1.Http1Server.read_headers = read_headers
-    _http1.Http1Server.read_body = _read_request_body
-    _http1.make_error_response = error_response
+    _http1.Http1Server.read_headers = read_headers  # type: ignore[method-assign]  # patched on purpose: replacing it is what this module is for
+    _http1.Http1Server.read_body = _read_request_body  # type: ignore[method-assign]  # patched on purpose: replacing it is what this module is for
+    # mitmproxy's has a default message, but _http1 always passes both arguments
+    _http1.make_error_response = error_response  # type: ignore[assignment]
 
 
 def _read_request_head(self, event: events.DataReceived):

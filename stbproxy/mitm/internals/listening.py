@@ -11,4 +11,4 @@ MITMPROXY_LISTEN = RegularInstance.listen  # mitmproxy's own, for what the repla
 def replace_listen(listen) -> None:
     """How regular-mode servers listen from now on (serve's fast lane, coalesced writes,
     SO_REUSEPORT); ``listen(self, host, port)`` may hand a connection to ``self.handle_stream``."""
-    RegularInstance.listen = listen
+    RegularInstance.listen = listen  # type: ignore[method-assign]  # patched on purpose: replacing it is what this module is for

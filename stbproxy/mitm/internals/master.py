@@ -112,7 +112,7 @@ def lean_master(opts: options.Options) -> Master:
 def skip_message_checks() -> None:
     """mitmproxy type-checks every field of every message it builds, but only as a debug aid
     (under ``if __debug__``, so ``python -O`` drops it); the embedded master skips it too."""
-    http.MessageData.__post_init__ = _no_checks
+    http.MessageData.__post_init__ = _no_checks  # type: ignore[method-assign]  # patched on purpose: replacing it is what this module is for
 
 
 def _no_checks(self) -> None:
