@@ -26,7 +26,9 @@ import collections
 import logging
 import re
 import ssl
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from mitmproxy import certs
@@ -46,7 +48,7 @@ CONTEXTS_KEPT = 256  # hosts whose context is kept (mitmproxy keeps 100 certific
 DHPARAM_FILE = "mitmproxy-dhparam.pem"  # in the confdir, written by mitmproxy's CertStore
 
 
-def alpn_choice(offers: list[bytes], http2: bool) -> bytes | None:
+def alpn_choice(offers: Sequence[bytes], http2: bool) -> bytes | None:
     """The protocol mitmproxy's tlsconfig selects for a tunnel's client while no server
     connection has chosen one: the client's first offer among HTTP's (HTTP/2 and 3 only with
     the ``http2`` option); None: no ALPN at all."""
@@ -265,7 +267,7 @@ class ClientTls:
     def __init__(self, addons, options) -> None:
         self._addons = addons
         self.options = options
-        self._tlsconfig = None
+        self._tlsconfig: Any = None  # mitmproxy's tlsconfig addon, once usable() has looked it up
         self._contexts: ServerContexts | None = None
         self._usable: bool | None = None
 
@@ -301,7 +303,8 @@ class ClientTls:
         if alpn not in SERVED_ALPNS:
             return False  # HTTP/2 (or another protocol): mitmproxy's layers serve it, on its own TLS
         entry = self._tlsconfig.get_cert(context)
-        tls_start.ssl_conn = StdlibConnection(self._server_contexts().get(entry, alpn))
+        # a stand-in with the pyOpenSSL Connection methods mitmproxy's TLS layer calls
+        tls_start.ssl_conn = StdlibConnection(self._server_contexts().get(entry, alpn))  # type: ignore[assignment]
         return True
 
     def _server_contexts(self) -> ServerContexts:

@@ -9,9 +9,9 @@ connection origin-form or ``http://`` absolute-form, inside a TLS tunnel origin-
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
+from typing import Protocol
 
 from mitmproxy import http
 from mitmproxy.net.http import http1
@@ -42,11 +42,17 @@ _NOT_PLAIN = ("not plain",)
 _RESPONSE_HEADS: Recent[tuple] = Recent(1024)  # response heads written before, by fields object
 
 
+class Readable(Protocol):
+    """A client's reader: asyncio's, or one that watches it (connections.WatchedReader)."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
 class Replayed:
     """A client's reader with bytes already read put back in front: what mitmproxy reads
     first when a connection is handed over."""
 
-    def __init__(self, prefix: bytes, reader: asyncio.StreamReader) -> None:
+    def __init__(self, prefix: bytes, reader: Readable) -> None:
         self._prefix = prefix
         self._reader = reader
 
@@ -260,7 +266,7 @@ def response_bytes(response: http.Response, names: set[bytes] | frozenset[bytes]
     return head + (b"%x\r\n%s\r\n" % (len(content), content) if content else b"") + b"0\r\n\r\n"
 
 
-def closes(request: http.Request, response: http.Response, names: set[bytes]) -> bool:
+def closes(request: http.Request, response: http.Response, names: set[bytes] | frozenset[bytes]) -> bool:
     """Whether mitmproxy would close the connection after this response to a request that
     does not ask for that itself."""
     if response.status_code == 101:
