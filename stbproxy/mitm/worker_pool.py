@@ -92,6 +92,7 @@ class Workers:
             sys.executable, "-m", "stbproxy.mitm.worker_pool", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL, stderr=None)  # its log lines go where the primary's go
         self.processes[index] = process
+        assert self.link is not None and process.stdin is not None  # start() made the link; stdin is a pipe
         hello = self.link.expect(process.pid)
         process.stdin.write(json.dumps(self.reader_config).encode())  # by pipe: it holds --proxy-auth
         await process.stdin.drain()
