@@ -31,7 +31,7 @@ from stbproxy.store.write_failures import WriteFailures
 from stbproxy.synthesis.simulation import NoSimulator, Simulator
 from stbproxy.traffic.llm_api import LlmApi
 from stbproxy.traffic.plain_http import PlainHttp
-from stbproxy.traffic.seam import LANE, LIVE, Call, Kinds
+from stbproxy.traffic.seam import LANE, LIVE, Call, Kinds, Send
 
 CALL_MEMO_ENTRIES = 2048  # routed calls of recent requests (a call depends on the request alone)
 CALL_MEMO_MAX_BODY = 4 * 1024
@@ -124,7 +124,7 @@ class Engine(Hits, Misses, FaultInjection, Verifying, PassingOn, SessionRecords,
         call = self.scoped(call, ref)
         if not call.keep:
             return await self._run(call, ref, self._passed_on)
-        if self.playback.involves(ref):
+        if ref is not None and self.playback.involves(ref):  # (it never involves no session)
             played = self.playback.answer(ref, call.key, call.request)
             if played is not None:
                 return await self._run(call, ref, lambda _call: made(self._played(call, played)))
@@ -132,16 +132,16 @@ class Engine(Hits, Misses, FaultInjection, Verifying, PassingOn, SessionRecords,
             if note:
                 return await self._run(call, ref, self._answer_call, note)
         if (call.live and self.config.mode in (Mode.VIRTUAL, Mode.RECORD)  # (verify serves the stored answer)
-                and getattr(self.upstream, "open_stream", None) is not None):
-            return await self._live(call, ref)
+                and (open_stream := getattr(self.upstream, "open_stream", None)) is not None):
+            return await self._live(call, ref, open_stream)
         return await self._run(call, ref, self._answer_call)
 
-    async def _live(self, call: Call, ref: SessionRef | None) -> Answer:
+    async def _live(self, call: Call, ref: SessionRef | None, open_stream: Send) -> Answer:
         """A call whose real answer may arrive as events (an MCP server's stream): the calling
         rules run as for any call (the whole answer judged, kept or simulated), while its
         kind's channel carries each event to the client as the server sends it. The client
         gets whichever comes first: the whole answer, or the stream's head and the rest."""
-        channel = self.kinds.of(call).live(call, self.upstream.send, self.upstream.open_stream)
+        channel = self.kinds.of(call).live(call, self.upstream.send, open_stream)
         task = asyncio.ensure_future(self._run(replace(call, facts={**call.facts, LIVE: channel}), ref,
                                                self._answer_call))
         head = await channel.started(task)

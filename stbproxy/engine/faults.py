@@ -6,20 +6,18 @@ from __future__ import annotations
 import logging
 
 from stbproxy.engine.answers import Answer
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import UpstreamFailure
 from stbproxy.models import Source
-from stbproxy.sim.faults import NO_FAULT, Decision, FaultPlan
+from stbproxy.sim.faults import NO_FAULT, Decision
 from stbproxy.stb.bodies import error_object_response
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.traffic.seam import Call
 
 log = logging.getLogger("stbproxy")
 
 
-class FaultInjection:
+class FaultInjection(EnginePart):
     """Engine's faults: needs its fault plan and kinds, and Keeping's _answer and _loggable."""
-
-    faults: FaultPlan
-    kinds: Kinds
 
     def _decide(self, call: Call) -> Decision:
         if not self.faults or not call.faultable:
@@ -29,6 +27,7 @@ class FaultInjection:
 
     def _injected(self, call: Call, decision: Decision) -> Answer:
         log.info("injected fault %s for %s: the client gets the failure", decision.rule, self._loggable(call.request))
+        assert decision.fault is not None  # (only a decision that failed the call is injected)
         response = self.kinds.of(call).injected(call, decision.fault, decision.rule) or decision.make_response()
         if response is None:  # down, refused, timed out: no HTTP answer to relay
             error = decision.upstream_error()

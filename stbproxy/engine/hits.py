@@ -5,30 +5,22 @@ Engine (calling_rules.py)."""
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 
 from stbproxy.engine.answers import Answer
-from stbproxy.engine.config import EngineConfig
+from stbproxy.engine.parts import EnginePart
 from stbproxy.forensics.naming import shared_key
 from stbproxy.misses import explain_miss
 from stbproxy.models import Exchange, Mode, Response, Source
 from stbproxy.provenance import marked
-from stbproxy.store.contract import EngineStore
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.traffic.seam import Call
 
 HIT_CACHE_ENTRIES = 4096  # ready-made answers of recent hits (hits repeat in benchmark reruns)
 HIT_CACHE_MAX_BODY = 64 * 1024
 MAX_MISSES_KEPT = 10_000
 
 
-class Hits:
+class Hits(EnginePart):
     """Engine's hits: needs its config, store and kinds."""
-
-    config: EngineConfig
-    store: EngineStore
-    kinds: Kinds
-    misses: list[dict]
-    _hits: OrderedDict[str, Answer]
 
     async def _lookup(self, key: str) -> Answer | None:
         """The stored answer of ``key``: this process's, else a tier behind it."""

@@ -8,13 +8,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable, Mapping
+from typing import Mapping
 
 from stbproxy import keys
 from stbproxy.engine.answers import Answer
-from stbproxy.engine.config import EngineConfig
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import StoreError
 from stbproxy.models import Exchange, Mode, Request, Response, Source
 from stbproxy.provenance import marked
@@ -28,8 +27,6 @@ from stbproxy.redact import (
     secret_values,
 )
 from stbproxy.stb.bodies import error_object_response
-from stbproxy.store.contract import EngineStore
-from stbproxy.store.write_failures import WriteFailures
 from stbproxy.traffic.seam import Call
 
 log = logging.getLogger("stbproxy")
@@ -38,16 +35,9 @@ log = logging.getLogger("stbproxy")
 STORED_HEADER = "X-Stb-Stored"  # "no" on an answer the store refused to keep
 
 
-class Keeping:
+class Keeping(EnginePart):
     """Engine's storing: needs its config, store, clock and write_failures; the helpers every
     other part uses to keep an answer and to speak of a call."""
-
-    config: EngineConfig
-    store: EngineStore
-    clock: Callable[[], float]
-    write_failures: WriteFailures
-    _hits: OrderedDict[str, Answer]
-    _log_seq: int
 
     def _log_key(self, kind: str, call: Call) -> str:
         """A key under log/: kept for the record, never served as an answer (no secret of the

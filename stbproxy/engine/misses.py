@@ -16,17 +16,14 @@ from stbproxy.engine.config import (
     CONFIGURATION_FAILURES,
     PROXY_SIDE_FAILURES,
     REFUSED_ANSWERS,
-    EngineConfig,
-    UpstreamClient,
 )
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import StbError, StoreError, UpstreamError
 from stbproxy.models import Exchange, Mode, Response, Source
-from stbproxy.recent import Recent
 from stbproxy.stb import validity
 from stbproxy.stb.bodies import error_object_response
-from stbproxy.store.contract import EngineStore
-from stbproxy.synthesis.simulation import Simulation, Simulator
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.synthesis.simulation import Simulation
+from stbproxy.traffic.seam import Call, Judged, TrafficKind
 
 log = logging.getLogger("stbproxy")
 
@@ -34,19 +31,9 @@ log = logging.getLogger("stbproxy")
 WARNED_HOSTS = 1024
 
 
-class Misses:
+class Misses(EnginePart):
     """Engine's misses: needs its config, store, upstream, simulator and kinds, and the
     other parts' helpers (FaultInjection's _decide and _injected, Hits' _cached, Keeping's)."""
-
-    config: EngineConfig
-    store: EngineStore
-    upstream: UpstreamClient
-    simulator: Simulator
-    kinds: Kinds
-    _inflight: dict[str, asyncio.Future[Answer]]
-    _waiting: dict[asyncio.Future[Answer], int]
-    _refreshed: dict[str, float]
-    _warned: Recent[bool]
 
     async def _shared(self, key: str, work: Callable[[], Awaitable[Answer]]) -> Answer:
         """Run ``work`` once per key at a time; concurrent callers share its answer, and it is
@@ -180,7 +167,7 @@ class Misses:
         self._refreshed.pop(call.key, None)
         return self._keep(call, response, Source.UPSTREAM, call.key, seconds, {**meta, "replaced": "simulated"})
 
-    def _judge(self, kind, call: Call, response: Response):
+    def _judge(self, kind: TrafficKind, call: Call, response: Response) -> Judged:
         """The kind's verdict on a real answer, save that a status the user listed
         (``--keep-status``) makes it real all the same: stored with origin upstream, served."""
         judged = kind.judge(call, response, self.config.validity)

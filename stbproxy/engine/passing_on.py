@@ -9,21 +9,18 @@ import logging
 from dataclasses import replace
 
 from stbproxy.engine.answers import Answer
-from stbproxy.engine.config import CONFIGURATION_FAILURES, REFUSED_ANSWERS, EngineConfig, UpstreamClient
+from stbproxy.engine.config import CONFIGURATION_FAILURES, REFUSED_ANSWERS
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import UpstreamError, UpstreamFailure
 from stbproxy.models import Mode, Source, StreamedResponse
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.traffic.seam import Call
 
 log = logging.getLogger("stbproxy")
 
 
-class PassingOn:
+class PassingOn(EnginePart):
     """Engine's passing on: needs its config, upstream and kinds, Misses' _error and
     Keeping's helpers."""
-
-    config: EngineConfig
-    upstream: UpstreamClient
-    kinds: Kinds
 
     def is_passthrough(self, host: str) -> bool:
         return any(fnmatch.fnmatchcase(host, pattern) for pattern in self.config.passthrough)

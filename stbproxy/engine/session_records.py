@@ -5,27 +5,19 @@ else). A part of Engine (calling_rules.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
 
 from stbproxy.engine.answers import Answer
-from stbproxy.engine.config import EngineConfig
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import StoreError
 from stbproxy.models import Mode, Source
 from stbproxy.redact import redact_url
 from stbproxy.sessions import stored_record
-from stbproxy.store.contract import EngineStore
-from stbproxy.store.write_failures import WriteFailures
 from stbproxy.traffic.seam import LANE, Call
 
 
-class SessionRecords:
+class SessionRecords(EnginePart):
     """Engine's session records: needs its config, store, clock and write_failures, and
     Keeping's _save and _log_key."""
-
-    config: EngineConfig
-    store: EngineStore
-    clock: Callable[[], float]
-    write_failures: WriteFailures
 
     def _record_session(self, session: str, call: Call, answer: Answer, seconds: float) -> Answer:
         """Append the call to its session's log; the answer, marked when a write failed."""

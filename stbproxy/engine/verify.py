@@ -5,25 +5,22 @@ the stored one, which is kept under log/history/. A part of Engine (calling_rule
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from stbproxy.engine.answers import Answer
-from stbproxy.engine.config import CONFIGURATION_FAILURES, EngineConfig, UpstreamClient
+from stbproxy.engine.config import CONFIGURATION_FAILURES
+from stbproxy.engine.parts import EnginePart
 from stbproxy.errors import StoreError, UpstreamError
 from stbproxy.forensics import drift
+from stbproxy.keys import Names
 from stbproxy.models import Exchange, Source
 from stbproxy.redact import redact_response, scrub_value
-from stbproxy.store.contract import EngineStore
-from stbproxy.traffic.seam import Call, Kinds
+from stbproxy.traffic.seam import Call, Judged
 
 
-class Verifying:
+class Verifying(EnginePart):
     """Engine's verify mode: needs its config, store, upstream and kinds, and the other
     parts' helpers (Hits' _cached; Misses' _error, _judge and _warn_once; Keeping's)."""
-
-    config: EngineConfig
-    store: EngineStore
-    upstream: UpstreamClient
-    kinds: Kinds
 
     async def _verify(self, call: Call) -> Answer:
         """Ask the real API, serve the stored answer, and note how the two differ (the
@@ -50,7 +47,8 @@ class Verifying:
         secrets = self._secrets(call)
         live = redact_response(judged.response, secrets)
         rules = self.config.drift_rules.for_call((call.host, drift_api(call)))
-        found = drift.compare(stored.response, live, rules, self.config.rules.secret_fields)
+        # (KeyRules makes its secret_fields Names: matched whatever their case)
+        found = drift.compare(stored.response, live, rules, cast(Names, self.config.rules.secret_fields))
         # The stored answer's origin: a real answer compared with a simulated one is no news.
         note = {"api": drift_api(call), "origin": stored.source.value, **scrub_value(found.to_dict(), secrets)}
         served = self._cached(call.key, stored)
@@ -58,7 +56,8 @@ class Verifying:
             served, note["updated"] = self._update(call, stored, served, judged, seconds)
         return replace(served, note={"drift": note})
 
-    def _update(self, call: Call, stored: Exchange, served: Answer, judged, seconds: float) -> tuple[Answer, bool]:
+    def _update(self, call: Call, stored: Exchange, served: Answer, judged: Judged,
+                seconds: float) -> tuple[Answer, bool]:
         """Replace a stored answer by a changed real one, the old kept under log/history/;
         the served answer then points at that copy. False when the store refused."""
         history = self._log_key("history", call)

@@ -172,6 +172,10 @@ class BaseKind:
             raise UpstreamError(call.no_upstream or "no real API is known for this call")
         return await send(call.upstream)
 
+    def live(self, call: Call, send: Send, open_stream: Send) -> Any:
+        # The engine asks only for a ``live`` call, which a kind without live answers never makes.
+        raise NotImplementedError(f"the {self.name} kind makes no live calls")
+
 
 class Kinds:
     """The kinds of traffic one proxy answers, in the order they are tried: the first whose
