@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from stbproxy.cassettes.store import CassetteStore, describe_miss
 from stbproxy.engine import Engine
@@ -23,6 +23,7 @@ from stbproxy.sim.prompt_file import PromptTemplate, read_text, stb_system_promp
 from stbproxy.stb.catalog import Catalog
 from stbproxy.stb.validity import replaced_answers
 from stbproxy.stb.virtual_calls import VirtualUpstream
+from stbproxy.store.contract import EngineStore
 from stbproxy.store.embedded import Store
 from stbproxy.store.key_layout import ENTRY_PREFIXES
 from stbproxy.store.shared_bulk import SharedBulk, check_at_start
@@ -84,8 +85,8 @@ def system_prompt_of(settings: Settings) -> str | None:
     return None
 
 
-def build_simulator(settings: Settings, catalog: Catalog | None, store: Store):
-    optional = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
+def build_simulator(settings: Settings, catalog: Catalog | None, store: EngineStore):
+    optional: dict[str, Any] = {"max_tokens": settings.sim_max_tokens} if settings.sim_max_tokens else {}
     config = simulator.SimulatorConfig(
         name=None if settings.simulator == "auto" else settings.simulator,
         model=settings.sim_model,
@@ -139,6 +140,8 @@ def check_stb_keys(settings: Settings, store: Store) -> None:
 class Runtime:
     """Owns what must be closed when the proxy stops: the store and the upstream client."""
 
+    store: CassetteStore | Store | TieredStore | ReaderStore
+
     def __init__(self, settings: Settings, *, link: LinkClient | None = None, upstream=None) -> None:
         """``link``: this is a reader worker of ``serve --workers`` (workers/reader_engine.py), which
         reads the store as a RocksDB secondary and leaves writes and misses to the primary.
@@ -163,9 +166,9 @@ class Runtime:
                 raise ConfigError(f"cannot replay the cassette: {exc}; fix it, record it again, or name "
                                   "another with --cassette", setting="cassette") from exc
         else:
-            self.store = open_store(settings)
-            check_fork_source(settings, self.store)
-            check_stb_keys(settings, getattr(self.store, "local", self.store))
+            opened = self.store = open_store(settings)
+            check_fork_source(settings, opened)
+            check_stb_keys(settings, opened.local if isinstance(opened, TieredStore) else opened)
         try:
             self.upstream = upstream or Upstream(settings.upstream_config())
             self.simulator, self.simulator_description = build_simulator(settings, self.catalog, self.store)
@@ -188,7 +191,7 @@ class Runtime:
         # The secondary's folder goes in the primary's private folder, which the primary
         # removes when it stops, even after this worker was killed.
         scratch = link.path.parent if link.path is not None else None
-        self.store = ReaderStore(Store(settings.store, secondary=True, scratch=scratch), link)
+        reader = self.store = ReaderStore(Store(settings.store, secondary=True, scratch=scratch), link)
         try:
             self.upstream = Upstream(settings.upstream_config())  # unused: the primary calls out
         except Exception:
@@ -197,8 +200,8 @@ class Runtime:
         self.simulator, self.simulator_description = NoSimulator(), "the primary worker's"
         self.write_failures = WriteFailures(None)  # the primary counts every failed write
         self.virtual = virtual_upstream(settings)
-        self.engine = ReaderEngine(self.store, self.upstream, settings.engine_config(), link=link,
-                                   kinds=proxy_kinds(self.catalog, stored_answers(self.store.store), self.openapi,
+        self.engine = ReaderEngine(reader, self.upstream, settings.engine_config(), link=link,
+                                   kinds=proxy_kinds(self.catalog, stored_answers(reader.store), self.openapi,
                                                      self.virtual),
                                    faults=settings.fault_plan(),
                                    write_failures=self.write_failures)

@@ -35,8 +35,9 @@ rules), made of a part per job: hits.py (stored answers, and replay's explained 
 misses.py (a miss answered once per key, from the real API or the simulator), faults.py
 (injected faults), verify.py (verify mode), passing_on.py (passthrough hosts and calls
 never kept), session_records.py (the session's record of each call) and keeping.py (what
-is stored, under which key, scrubbed of secrets); config.py holds its settings and
-answers.py what it answers with.
+is stored, under which key, scrubbed of secrets); config.py holds its settings,
+answers.py what it answers with, and parts.py what the parts share (EnginePart: the
+engine's state, and the helpers one part calls on another).
 """
 
 from stbproxy.engine.answers import Answer, made

@@ -58,11 +58,11 @@ from stbproxy.stb.virtual_calls import (
 )
 from stbproxy.synthesis.simulation import Simulation, SimulationRequest, Simulator
 from stbproxy.traffic.plain_http import judge_http
-from stbproxy.traffic.seam import BaseKind, Call, Judged, Reply
+from stbproxy.traffic.seam import BaseKind, Call, Judged, Reply, ReplyFormat
 
 NAME = "stb"
 SENT_NAMES = "sent"  # Call.facts: a /virtual call's category, tool_name and api_name as its client wrote them
-SERVER_REPLY = "stb-server"  # Call.reply_format of a call answered by a StableToolBench server
+SERVER_REPLY: ReplyFormat = "stb-server"  # Call.reply_format of a call answered by a StableToolBench server
 # Call.facts: the catalog's ref of the API as [category, tool, api] (facts cross the workers'
 # link as JSON), when the call's key names it otherwise
 DOC_REF = "doc"

@@ -237,9 +237,10 @@ class VirtualUpstream:
         if catalog is None:
             return "none (no catalog)"
         called = [doc for doc in catalog if doc.host]  # an API without a URL: the simulator answers
-        rapidapi = sum(1 for doc in called if is_rapidapi_url(doc.url))
+        # (an API with a host has a URL)
+        rapidapi = sum(1 for doc in called if is_rapidapi_url(doc.url or ""))
         if not self.rapidapi_key:  # never called without a key (direct_call)
-            called = [doc for doc in called if not is_rapidapi_url(doc.url)]
+            called = [doc for doc in called if not is_rapidapi_url(doc.url or "")]
         skipped = "on RapidAPI, skipped without $STBPROXY_RAPIDAPI_KEY"
         if not called:
             return f"none ({rapidapi} {skipped})" if rapidapi else "none (the catalog lists no URL)"

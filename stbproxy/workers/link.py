@@ -140,6 +140,7 @@ class LinkServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()
+        assert me is not None  # (a connection is served in a task of its own)
         self._readers.add(me)
         try:
             while True:
@@ -209,8 +210,9 @@ class LinkClient:
 
     async def connect(self, path: str) -> None:
         self.path = Path(path)
-        self._reader, self._writer = await asyncio.open_unix_connection(path)
-        asyncio.ensure_future(self._read_replies())
+        reader, self._writer = await asyncio.open_unix_connection(path)
+        self._reader = reader
+        asyncio.ensure_future(self._read_replies(reader))
 
     def on_lost(self, callback: Callable[[], Any]) -> None:
         self._on_lost.append(callback)
@@ -268,11 +270,12 @@ class LinkClient:
             raise LinkLost("the primary worker is gone")
         write_message(self._writer, message)
 
-    async def _read_replies(self) -> None:
+    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                reply = await read_message(self._reader)
-                future = self._waiting.pop(reply.get("id"), None)
+                reply = await read_message(reader)
+                number = reply.get("id")  # (every id the link sends is an int)
+                future = self._waiting.pop(number, None) if isinstance(number, int) else None
                 if future is not None and not future.done():
                     future.set_result(reply)
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):

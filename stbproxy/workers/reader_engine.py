@@ -84,6 +84,8 @@ class ReaderStore(OneTier):
 class ReaderEngine(Engine):
     """Engine for a reader worker: local hits, the rest answered by the primary (``link``)."""
 
+    store: ReaderStore
+
     def __init__(self, store: ReaderStore, upstream, config, *, link: LinkClient, **parts) -> None:
         super().__init__(store, upstream, config, **parts)
         self.link = link

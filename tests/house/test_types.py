@@ -20,8 +20,9 @@ PLAIN = ["eval", "stbproxy/cli", "stbproxy/synthesis", "stbproxy/sim", "stbproxy
          "stbproxy/forensics", "stbproxy/stability", "stbproxy/stb_cache", "stbproxy/cassettes", "stbproxy/front",
          "stbproxy/multipart.py", "stbproxy/jsonsafe.py", "stbproxy/yaml_text.py", "stbproxy/trust_bundle.py",
          "stbproxy/serve_process.py", "stbproxy/pytest_plugin.py", "stbproxy/upstream",
-         "stbproxy/stb/tool_docs.py", "stbproxy/stb/validity.py", "stbproxy/key_rules.py", "stbproxy/redact.py",
-         "stbproxy/request_secrets.py", "stbproxy/serve_options.py", "stbproxy/settings.py"]
+         "stbproxy/key_rules.py", "stbproxy/redact.py",
+         "stbproxy/request_secrets.py", "stbproxy/serve_options.py", "stbproxy/settings.py", "stbproxy/engine",
+         "stbproxy/runtime.py", "stbproxy/workers", "stbproxy/kinds.py", "stbproxy/stb"]
 
 
 def _mypy(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
