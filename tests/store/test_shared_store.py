@@ -295,10 +295,14 @@ def test_rediss_url_talks_tls_and_checks_the_certificate(redis_server, test_ca):
     try:
         trusted = f"rediss://127.0.0.1:{front.port}/0?ssl_ca_certs={test_ca.ca_file}"
 
-        async def main(url):
+        async def main(url, wait=0.5):
             tier = SharedTier(parse_shared_url(url))
             tier.start()
-            await asyncio.sleep(0.5)
+            # a TLS handshake on a loaded machine may take longer than half a second: the
+            # trusted tier is given time to come up, the untrusted one half a second
+            deadline = asyncio.get_running_loop().time() + wait
+            while not tier.up and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
             if tier.up:
                 tier.set("http/h/GET/tls/1", b"over tls")
                 await tier.flushed()
@@ -306,7 +310,7 @@ def test_rediss_url_talks_tls_and_checks_the_certificate(redis_server, test_ca):
             await tier.aclose()
             return up
 
-        assert asyncio.run(main(trusted)) is True
+        assert asyncio.run(main(trusted, wait=20)) is True
         assert redis_server.cli("get", "http/h/GET/tls/1") == "over tls\n"
         # without the private CA the certificate is not trusted: the tier stays away
         assert asyncio.run(main(f"rediss://127.0.0.1:{front.port}/0")) is False
