@@ -4,6 +4,8 @@ Scripts (each docstring says what it measures and against which baseline):
 - reliability.py: load, kill -9, hostile input and a full disk;
 - fuzz_proxy.py: the larger per-lane fuzz run of hostile requests (issue 24, item 10);
 - h2_flood.py: another client's latency during an HTTP/2 rapid-reset flood, and SIGTERM under it;
+  h2_hostile.py (the flooding client), h2_upstream.py (its slow upstream) and h2_other_client.py
+  (the client it measures) are its parts;
 - bombs.py: the proxy's peak RSS under a compression bomb and answers larger than --max-upstream-body;
 - fuzz_secrets.py: a secret in every place a request carries one, echoed in every form, then
   looked for in every place the proxy keeps or shows anything (secret_echo.py: the upstream

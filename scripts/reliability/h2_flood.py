@@ -6,9 +6,9 @@ On 127.0.0.1 only, bounded in time, per lane (the fast lane, serve's default, an
 
 1. baseline: another client (HTTP/1.1, one keep-alive connection) asks, round after round, a
    cache hit and a miss (a new URL of a plain-HTTP upstream each time); its latencies;
-2. flood: a hostile client (``HostileH2``, in a process of its own) sends request-then-reset
-   pairs over HTTP/2 inside CONNECT tunnels with TLS, each to a new URL of a slow HTTPS
-   upstream (every stream would be an upstream call), in batches (HEADERS, then their
+2. flood: a hostile client (``HostileH2`` of h2_hostile.py, in a process of its own) sends
+   request-then-reset pairs over HTTP/2 inside CONNECT tunnels with TLS, each to a new URL of
+   a slow HTTPS upstream (every stream would be an upstream call), in batches (HEADERS, then their
    RST_STREAMs), as fast as the proxy takes them, and opens a new connection whenever the
    proxy closes one; meanwhile the other client asks again, as in 1;
 3. SIGTERM while the flood goes on: the time until the proxy has exited.
@@ -20,7 +20,9 @@ from SIGTERM to exit.
 
 The hostile side (the flood and its upstream) stands for other machines: with 2 cores or more
 it runs on the last core and the proxy, the other client and its upstream on the others
-(``keep_to_cores``), so that the figures measure the proxy, not the scheduler.
+(``keep_to_cores``), so that the figures measure the proxy, not the scheduler. The upstream
+is h2_upstream.py's, the other client h2_other_client.py's; this file runs the lanes, and
+runs itself again as each child process (the roles ``_upstream`` and ``_flood``).
 
 Baseline (measured in the same run): the other client's quiet latency. Checks: during the
 flood its p99 stays within --max-added ms of the quiet p99 (hits and misses) and no request
@@ -39,305 +41,23 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
-from scripts.common import HOST, child_env, open_tunnel, percentile, run_in_workdir  # noqa: E402
+from scripts.common import child_env, run_in_workdir  # noqa: E402
+from scripts.reliability.h2_hostile import BATCH, ENHANCE_YOUR_CALM, HostileH2, keep_to_cores  # noqa: E402
+from scripts.reliability.h2_other_client import Latencies, OtherClient  # noqa: E402
+from scripts.reliability.h2_upstream import READY, SLOW, Upstream, upstream_stats  # noqa: E402
 
-SCRIPT = Path(__file__).resolve()
+SCRIPT = Path(__file__).resolve()  # the child roles (_upstream, _flood) run this file again
 LANES = {"fast-lane": (), "no-fast-lane": ("--no-fast-lane",)}
-SLOW = 0.3  # seconds the upstream takes for each flood URL: a flood stream that reaches it holds a connection
-BATCH = 50  # streams opened before their resets are sent (below HTTP/2's advertised 100 at once)
-ENHANCE_YOUR_CALM = 0xB
-READY = re.compile(r"listening on (\d+) (\d+)")
-
-
-# -- where each process runs ------------------------------------------------------------------------
-
-
-def keep_to_cores(hostile: bool, pid: int = 0) -> str:
-    """The flood and its upstream stand for other machines: on a machine with 2 cores or more
-    they get the last core and the proxy, the other client and its upstream the rest (else the
-    figures would measure the scheduler); on one core the hostile side is only niced."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cores) < 2:
-        if hostile:
-            os.nice(10)
-        return "one core: the hostile side niced"
-    os.sched_setaffinity(pid, {cores[-1]} if hostile else set(cores[:-1]))
-    return f"the hostile side on core {cores[-1]}, the proxy and the other client on {cores[:-1]}"
-
-
-# -- the hostile client --------------------------------------------------------------------------
-
-
-@dataclass
-class FloodStats:
-    pairs: int = 0  # request-then-reset pairs sent
-    connections: int = 0
-    goaways: Counter = field(default_factory=Counter)  # error code -> connections ended with it
-    refused: int = 0  # streams the proxy refused (RST_STREAM from its side)
-    errors: Counter = field(default_factory=Counter)  # connections that ended otherwise, by what happened
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {"pairs": self.pairs, "connections": self.connections, "goaways": dict(self.goaways),
-                "refused": self.refused, "errors": dict(self.errors), "seconds": self.seconds}
-
-
-class HostileH2:
-    """Request-then-reset pairs over HTTP/2 through a proxy's CONNECT tunnel: each stream asks
-    ``authority`` for a new /flood URL and is reset (CANCEL) right after; a new connection
-    follows whenever the proxy ends one."""
-
-    def __init__(self, proxy_port: int, ca_file: str, authority: str, batch: int = BATCH) -> None:
-        self.proxy_port = proxy_port
-        self.authority = authority
-        self.batch = batch
-        self.context = ssl.create_default_context(cafile=ca_file)
-        self.context.set_alpn_protocols(["h2"])
-        self.stats = FloodStats()
-
-    def run(self, pairs: int, seconds: float, stop: threading.Event | None = None) -> FloodStats:
-        started = time.monotonic()
-        deadline = started + seconds
-        while self.stats.pairs < pairs and time.monotonic() < deadline and not (stop and stop.is_set()):
-            self.stats.connections += 1
-            try:
-                self._connection(pairs, deadline, stop)
-            except (OSError, ssl.SSLError, ConnectionError) as exc:
-                self.stats.errors[type(exc).__name__] += 1
-                time.sleep(0.01)
-        self.stats.seconds = time.monotonic() - started
-        return self.stats
-
-    def _connection(self, pairs: int, deadline: float, stop: threading.Event | None) -> None:
-        import h2.config
-        import h2.connection
-        import h2.errors
-
-        sock = socket.create_connection((HOST, self.proxy_port), timeout=10)
-        with contextlib.closing(sock):
-            open_tunnel(sock, self.authority)
-            tls = self.context.wrap_socket(sock, server_hostname=self.authority.rsplit(":", 1)[0])
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            conn.initiate_connection()
-            tls.sendall(conn.data_to_send())
-            tls.setblocking(False)
-            while self.stats.pairs < pairs and time.monotonic() < deadline and not (stop and stop.is_set()):
-                streams = []
-                for _ in range(min(self.batch, pairs - self.stats.pairs)):
-                    stream = conn.get_next_available_stream_id()
-                    conn.send_headers(stream, [(":method", "GET"), (":scheme", "https"),
-                                               (":authority", self.authority),
-                                               (":path", f"/flood?n={self.stats.connections}.{stream}")],
-                                      end_stream=True)
-                    streams.append(stream)
-                try:
-                    self._send(tls, conn.data_to_send())
-                    for stream in streams:
-                        conn.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
-                    self._send(tls, conn.data_to_send())
-                except (OSError, ssl.SSLError):  # closed by the proxy: its GOAWAY may still be there to read
-                    tls.settimeout(1.0)
-                    if not self._ended(tls, conn):
-                        raise
-                    return
-                self.stats.pairs += len(streams)
-                if self._ended(tls, conn):
-                    return
-
-    def _send(self, tls: ssl.SSLSocket, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                sent = tls.send(view)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
-                time.sleep(0.0005)
-                continue
-            view = view[sent:]
-
-    def _ended(self, tls: ssl.SSLSocket, conn) -> bool:
-        """Read what the proxy sent; True once it has ended the connection."""
-        import h2.events
-        import h2.exceptions
-
-        while True:
-            try:
-                data = tls.recv(65536)
-            except (ssl.SSLWantReadError, BlockingIOError, socket.timeout):
-                return False
-            except (OSError, ssl.SSLError) as exc:
-                self.stats.errors[type(exc).__name__] += 1
-                return True
-            if not data:
-                self.stats.errors["closed without GOAWAY"] += 1
-                return True
-            try:
-                events = conn.receive_data(data)
-            except h2.exceptions.ProtocolError as exc:
-                self.stats.errors[type(exc).__name__] += 1
-                return True
-            for event in events:
-                if isinstance(event, h2.events.StreamReset):
-                    self.stats.refused += 1
-                elif isinstance(event, h2.events.ConnectionTerminated):
-                    self.stats.goaways[event.error_code] += 1
-                    return True
-
-
-# -- the upstream ------------------------------------------------------------------------------
-
-
-class Upstream:
-    """Plain HTTP and HTTPS on 127.0.0.1: /flood waits SLOW seconds (or ``wait=S``), /stats counts
-    what came; any other path is answered at once."""
-
-    def __init__(self) -> None:
-        self.flood = 0  # flood requests that reached it
-        self.waited = 0  # ... and whose answer the proxy still waited for after SLOW seconds
-        self.other = 0
-
-    async def serve(self, folder: Path, hostile: bool) -> None:
-        from scripts.reliability.fuzz_upstream import make_tls
-
-        keep_to_cores(hostile)
-        ca_file, context = make_tls(folder)
-        plain = await asyncio.start_server(self._connection, HOST, 0, backlog=1024)
-        tls = await asyncio.start_server(self._connection, HOST, 0, ssl=context, backlog=1024)
-        print(f"listening on {plain.sockets[0].getsockname()[1]} {tls.sockets[0].getsockname()[1]} {ca_file}",
-              flush=True)
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        async with plain, tls:
-            await stop.wait()
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                target = head.split(b" ", 2)[1]
-                path = re.sub(rb"^https?://[^/]*", b"", target).split(b"?")[0]
-                if path == b"/flood":
-                    self.flood += 1
-                    wait = re.search(rb"[?&]wait=([\d.]+)", target)
-                    await asyncio.sleep(float(wait.group(1)) if wait else SLOW)
-                    if writer.is_closing() or reader.at_eof() or reader.exception() is not None:
-                        return  # the proxy gave up the call
-                    self.waited += 1
-                elif path != b"/stats":
-                    self.other += 1
-                body = json.dumps({"flood": self.flood, "waited": self.waited, "other": self.other}
-                                  if path == b"/stats" else {"path": target.decode("latin-1")}).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(body), body))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError, IndexError,
-                asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-
-def upstream_stats(port: int) -> dict:
-    with socket.create_connection((HOST, port), timeout=10) as sock:
-        sock.sendall(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = b""
-        while not answer.endswith(b"}"):
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            answer += chunk
-    return json.loads(answer.partition(b"\r\n\r\n")[2])
-
-
-# -- the other client ------------------------------------------------------------------------------
-
-
-@dataclass
-class Latencies:
-    hits: list[float] = field(default_factory=list)
-    misses: list[float] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-    def summary(self, kind: str) -> str:
-        values = sorted(getattr(self, kind))
-        if not values:
-            return "none"
-        return (f"p50 {percentile(values, 50) * 1e3:.1f}, p99 {percentile(values, 99) * 1e3:.1f}, "
-                f"max {values[-1] * 1e3:.1f} ms ({len(values)})")
-
-    def p99(self, kind: str) -> float:
-        return percentile(sorted(getattr(self, kind)), 99)
-
-
-class OtherClient:
-    """One keep-alive HTTP/1.1 connection through the proxy: a hit, then a miss, each round."""
-
-    def __init__(self, proxy_port: int, upstream_port: int, timeout: float) -> None:
-        self.proxy_port = proxy_port
-        self.authority = f"{HOST}:{upstream_port}"
-        self.timeout = timeout
-        self.sock: socket.socket | None = None
-        self.misses = 0
-
-    def measure(self, seconds: float, pause: float = 0.01) -> Latencies:
-        found = Latencies()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for kind, path in (("hits", "/hit?n=0"), ("misses", f"/miss?n={self._next_miss()}")):
-                started = time.perf_counter()
-                try:
-                    status = self.ask(path)
-                except OSError as exc:
-                    found.failures.append(f"{path}: {type(exc).__name__}: {exc}")
-                    self.close()
-                    continue
-                getattr(found, kind).append(time.perf_counter() - started)
-                if status != 200:
-                    found.failures.append(f"{path}: status {status}")
-            time.sleep(pause)
-        return found
-
-    def _next_miss(self) -> int:
-        self.misses += 1
-        return self.misses
-
-    def ask(self, path: str) -> int:
-        if self.sock is None:
-            self.sock = socket.create_connection((HOST, self.proxy_port), timeout=self.timeout)
-        self.sock.sendall(f"GET http://{self.authority}{path} HTTP/1.1\r\nHost: {self.authority}\r\n\r\n".encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed by the proxy")
-            answer += chunk
-        head, _, body = answer.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))
-        while len(body) < length:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed by the proxy mid-answer")
-            body += chunk
-        return int(head[9:12])
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
 
 # -- the run ------------------------------------------------------------------------------------------

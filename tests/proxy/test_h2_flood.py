@@ -28,6 +28,9 @@ import h2.events
 import pytest
 
 from scripts.reliability import h2_flood
+from scripts.reliability.h2_hostile import ENHANCE_YOUR_CALM
+from scripts.reliability.h2_other_client import OtherClient
+from scripts.reliability.h2_upstream import SLOW, upstream_stats
 from stbproxy.mitm.embedded import STOP_GRACE
 from tests.servers import ProxyProcess
 
@@ -35,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 LANES = {"fast-lane": (), "no-fast-lane": ("--no-fast-lane",)}
 CALLS = 2500  # slow upstream calls in flight when SIGTERM comes (before: 22.6 s to exit with 1,500)
-SCRIPT = Path(h2_flood.__file__)
+SCRIPT = Path(h2_flood.__file__)  # its child roles run the upstreams and the flood
 
 
 @pytest.fixture
@@ -124,11 +127,11 @@ def test_a_stream_its_client_resets_is_answered_no_further_and_the_connection_go
         client = H2(proxy, f"127.0.0.1:{tls_port}")
         try:
             stream = client.request("/flood?n=1&wait=3")  # an upstream that takes 3 s to answer
-            assert until(lambda: h2_flood.upstream_stats(stats_port)["flood"] == 1), "the call never reached it"
+            assert until(lambda: upstream_stats(stats_port)["flood"] == 1), "the call never reached it"
             client.reset(stream)
             time.sleep(3.5)
             # the proxy gave the call up: the upstream found the connection closed when it answered
-            assert h2_flood.upstream_stats(stats_port)["waited"] == 0
+            assert upstream_stats(stats_port)["waited"] == 0
             status, body = client.response(client.request("/after-the-reset?n=2"))
             assert status == 200 and b"/after-the-reset" in body
         finally:
@@ -142,7 +145,7 @@ def test_a_rapid_reset_flood_is_told_to_calm_down_and_another_client_is_answered
                                                                                            upstream, lane):
     stats_port, tls_port, ca_file = hostile_upstream
     with ProxyProcess(tmp_path / "store", "--upstream-ca", ca_file, *LANES[lane]) as proxy:
-        other = h2_flood.OtherClient(proxy.port, upstream.port, timeout=60)
+        other = OtherClient(proxy.port, upstream.port, timeout=60)
         other.ask("/hit?n=0")
         flood = subprocess.Popen([sys.executable, str(SCRIPT), "_flood", str(proxy.port), str(proxy.ca_file),
                                   f"127.0.0.1:{tls_port}", "20000", "6"], stdout=subprocess.PIPE, text=True)
@@ -153,11 +156,11 @@ def test_a_rapid_reset_flood_is_told_to_calm_down_and_another_client_is_answered
             if flood.poll() is None:
                 flood.kill()
         other.close()
-        time.sleep(h2_flood.SLOW + 0.3)
-        seen = h2_flood.upstream_stats(stats_port)
+        time.sleep(SLOW + 0.3)
+        seen = upstream_stats(stats_port)
     output = "".join(proxy.output)
     # the flood: GOAWAY ENHANCE_YOUR_CALM, and no reset stream answered by the upstream
-    assert stats["pairs"] >= 1000 and stats["goaways"].get(str(h2_flood.ENHANCE_YOUR_CALM), 0) >= 1, stats
+    assert stats["pairs"] >= 1000 and stats["goaways"].get(str(ENHANCE_YOUR_CALM), 0) >= 1, stats
     assert seen["waited"] == 0, seen
     assert "an HTTP/2 client at 127.0.0.1:" in output and "GOAWAY ENHANCE_YOUR_CALM" in output
     # the other client: every request answered, none kept waiting (before: 48.6 s, or a timeout)
