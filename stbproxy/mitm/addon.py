@@ -258,16 +258,24 @@ class StbAddon:
         try:
             answer = await self.open_runtime().engine.handle(request, session)
         except Exception as exc:  # one bad request must never take the proxy down
-            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+            self.log_failure(request, exc)
             reply = self.failure_reply(request)
             return response_to_mitm(reply) if reply is not None else error_response(
                 502, "stbproxy internal error (see the proxy's log)")
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
         flow.metadata["stb_key"] = answer.key
-        if answer.source is Source.CACHE and answer.stream is None:  # (a stored MCP answer may play as it goes)
+        if answer.source is Source.CACHE and answer.stream is None and answer.key is not None:
+            # (a stored MCP answer may play as it goes)
             return self.prebuilt.response(answer.key, answer.response, lambda: response_to_mitm(answer.response))
         return await self.answered(flow, answer)
+
+    def log_failure(self, request: Request, exc: Exception) -> None:
+        """The proxy failed on ``request``: logged with its secrets scrubbed by the key rules in force."""
+        if self.settings is None:  # (it failed before the options were read: the default rules)
+            log.error("stbproxy failed on %s", failure_text(request, exc))
+        else:
+            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
 
     def failure_reply(self, request: Request) -> Response | None:
         """The answer a request's kind gives when the proxy failed on it (a /virtual client's
@@ -312,7 +320,7 @@ class StbAddon:
         return error_response(404, f"stbproxy: no endpoint {flow.request.method} {flow.request.path}; use this "
                                    "address as HTTP_PROXY / HTTPS_PROXY, or POST StableToolBench calls to /virtual")
 
-    async def local_mcp(self, flow: http.HTTPFlow, name: str, named_session: str | None) -> http.Response:
+    async def local_mcp(self, flow: http.HTTPFlow, name: str, named_session: str | None) -> http.Response | None:
         """A message to ``serve --mcp NAME=URL``'s endpoint, answered as if sent to URL."""
         runtime = self.open_runtime()
         servers = runtime.settings.mcp_servers()
@@ -328,7 +336,7 @@ class StbAddon:
         try:
             answer = await runtime.engine.handle(request, session)
         except Exception as exc:  # one bad message must never take the proxy down
-            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+            self.log_failure(request, exc)
             return error_response(502, "stbproxy internal error (see the proxy's log)")
         flow.metadata["stb_source"] = answer.source.value
         flow.metadata["stb_session"] = session
@@ -354,7 +362,7 @@ class StbAddon:
         return None
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.metadata.get(RELAYED):
+        if flow.metadata.get(RELAYED) and flow.response is not None:
             flow.response.stream = True
 
     async def done(self) -> None:

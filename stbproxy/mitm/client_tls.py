@@ -28,7 +28,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from cryptography.hazmat.primitives import serialization
 from mitmproxy import certs
@@ -213,7 +213,10 @@ class OpenSSLRecords:
         return b"".join(chunks)
 
 
-def records_of(tls) -> StdlibConnection | OpenSSLRecords:
+Records = Union[StdlibConnection, OpenSSLRecords]  # what the lane decrypts and encrypts a tunnel's requests with
+
+
+def records_of(tls) -> Records:
     """What the lane decrypts and encrypts a tunnel's requests with."""
     return tls if isinstance(tls, StdlibConnection) else OpenSSLRecords(tls)
 

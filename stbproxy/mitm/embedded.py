@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -132,18 +132,31 @@ class _CoalescingWriter:
         return getattr(self._writer, name)
 
 
+@dataclass
+class _Listening:
+    """How _listen listens, set by serve() before the master starts."""
+
+    reuse_port: bool = False  # several workers share the port
+    fast_lane: bool = True
+    watch: ConnectionWatch = field(default_factory=lambda: ConnectionWatch(ConnectionLimits(
+        DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS)))
+
+
+_LISTENING = _Listening()
+
+
 async def _listen(self, host: str, port: int) -> list:
     """How the embedded master listens (in place of mitmproxy's regular-mode ``listen``): each
     connection starts in the fast lane (fast_lane.py) unless ``serve(fast_lane=False)``, and
     what mitmproxy serves writes through _CoalescingWriter; SO_REUSEPORT when several workers
-    share the port (``reuse_port``, set by serve())."""
+    share the port (_LISTENING)."""
     mitmproxy_handles = self.handle_stream
-    watch: ConnectionWatch = _listen.watch
+    watch = _LISTENING.watch
 
     async def handed_over(reader, writer) -> None:
         await mitmproxy_handles(reader, _CoalescingWriter(writer))
 
-    lane = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over) if _listen.fast_lane else None
+    lane = FastLane(ctx.master.addons, ctx.options, self.mode, handed_over) if _LISTENING.fast_lane else None
 
     async def accepted(reader, writer) -> None:
         watched = watch.admit(writer)
@@ -159,15 +172,12 @@ async def _listen(self, host: str, port: int) -> list:
                 await handed_over(WatchedReader(reader, watched), writer)
         finally:
             watch.leave(watched)
-    if not host and not _listen.reuse_port:  # every interface: mitmproxy's own dual-stack binding
+    if not host and not _LISTENING.reuse_port:  # every interface: mitmproxy's own dual-stack binding
         self.handle_stream = accepted
         return await internals.MITMPROXY_LISTEN(self, host, port)
-    return [await asyncio.start_server(accepted, host or None, port, reuse_port=_listen.reuse_port or None)]
+    return [await asyncio.start_server(accepted, host or None, port, reuse_port=_LISTENING.reuse_port or None)]
 
 
-_listen.reuse_port = False
-_listen.fast_lane = True
-_listen.watch = ConnectionWatch(ConnectionLimits(DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS))
 TOO_MANY_CONNECTIONS = ("stbproxy: too many client connections are open (--max-connections); this one was closed "
                         "at once: retry later, or reuse connections")
 
@@ -281,8 +291,8 @@ async def serve(
     _guard_http2()
     hooks = hooks or ServeHooks()
     internals.replace_listen(_listen)
-    _listen.reuse_port = hooks.reuse_port
-    _listen.fast_lane = fast_lane and lean
+    _LISTENING.reuse_port = hooks.reuse_port
+    _LISTENING.fast_lane = fast_lane and lean
     master = internals.lean_master(opts) if lean else Master(opts)
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task] = []
@@ -322,11 +332,11 @@ async def serve(
         )
     except exceptions.OptionsError as exc:
         raise ConfigError(str(exc)) from exc
-    stb.open_runtime()  # StbError: a locked store, a bad catalog or cassette, ... before listening
-    settings = stb.settings
+    # StbError: a locked store, a bad catalog or cassette, ... before listening
+    settings = stb.open_runtime().settings
     watch = ConnectionWatch(ConnectionLimits(settings.head_timeout, settings.idle_timeout,
                                              settings.max_connections))
-    _listen.watch = stb.connections = watch
+    _LISTENING.watch = stb.connections = watch
     watching = loop.create_task(watch.run())
     stop_watch = StopWatch()
     for sig in (signal.SIGINT, signal.SIGTERM):

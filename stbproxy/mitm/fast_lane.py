@@ -164,24 +164,25 @@ class FastLane:
             return False
         response = flow.response
         if response is None:  # mitmproxy would go upstream; every stbproxy request is answered by its addon
-            log.error("stbproxy: no answer for %s to %s", request.method, request.host)  # no path: it may hold a secret
-            writer.write(make_error_response(502, "stbproxy gave no answer"))
-            return False
+            return _no_answer(request, writer)
         response.timestamp_end = time.time()
         await self.fire(HttpResponseHook, flow)
         if flow.error is not None and await self.killed(flow):  # (no coroutine for a live flow)
             return False
+        response = flow.response  # the hook may have put another in its place
+        if response is None:
+            return _no_answer(request, writer)
         stream = flow.metadata.pop(STREAM, None)
         if stream is not None:
-            head = chunked_head(flow.response)
+            head = chunked_head(response)
             keep_open = await carry(stream, head, writer, lambda: client_says(READ_SIZE))
             flow.live = False
-            names = response_names(flow.response)
-            return keep_open and not closes(request, flow.response, names)
+            names = response_names(response)
+            return keep_open and not closes(request, response, names)
         flow.live = False
-        names = response_names(flow.response)
-        writer.write(response_bytes(flow.response, names))
-        return not closes(request, flow.response, names)
+        names = response_names(response)
+        writer.write(response_bytes(response, names))
+        return not closes(request, response, names)
 
     async def killed(self, flow: http.HTTPFlow) -> bool:
         """An addon killed the flow: mitmproxy then fires the error hook and closes silently
@@ -193,3 +194,10 @@ class FastLane:
                 await stream.aclose()
             return True
         return False
+
+
+def _no_answer(request: http.Request, writer: ClientWriter) -> bool:
+    """No response after the hooks: a 502, and the connection closes."""
+    log.error("stbproxy: no answer for %s to %s", request.method, request.host)  # no path: it may hold a secret
+    writer.write(make_error_response(502, "stbproxy gave no answer"))
+    return False

@@ -68,7 +68,7 @@ class Replayed:
         return getattr(self._reader, name)
 
 
-def head_end(buffer: bytes) -> int | None:
+def head_end(buffer: bytes | bytearray) -> int | None:
     """Where the first request head in ``buffer`` ends (after its blank line), if it does."""
     found = _BLANK_LINE.search(buffer)
     return found.end() if found is not None else None

@@ -28,6 +28,7 @@ import asyncio
 import collections
 import logging
 import time
+from dataclasses import dataclass
 
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
@@ -47,7 +48,7 @@ from mitmproxy.proxy.layers.tls import ClientTLSLayer, TlsStartClientHook
 from mitmproxy.utils import human
 from OpenSSL import SSL
 
-from stbproxy.mitm.client_tls import records_of
+from stbproxy.mitm.client_tls import Records, records_of
 from stbproxy.mitm.connections import Watched, WatchedReader
 from stbproxy.mitm.internals import StandIn
 from stbproxy.mitm.lanes import HEAD_CUT_SHORT, TUNNEL, Door, Doors
@@ -88,22 +89,44 @@ class _WithoutReply:
 
 
 class _Encrypting:
-    """What the lane's answer writes goes through the client's TLS connection."""
+    """What the lane's answer writes goes through the client's TLS connection (``records``)."""
 
-    def __init__(self, tunnel: "Tunnel") -> None:
-        self._tunnel = tunnel
+    def __init__(self, records: Records, writer: asyncio.StreamWriter) -> None:
+        self.records = records
+        self.writer = writer
 
     def write(self, data: bytes) -> None:
-        self._tunnel.send(data)
+        """As the TLS layer sends data."""
+        try:
+            self.records.encrypt(data)
+        except (SSL.ZeroReturnError, SSL.SysCallError):
+            pass  # the client is going; what it still sends is dropped, as mitmproxy does
+        self.flush()
+
+    def flush(self) -> None:
+        out = self.records.outgoing()
+        if out and not self.writer.is_closing():
+            self.writer.write(out)
 
     async def drain(self) -> None:
-        await self._tunnel.writer.drain()
+        await self.writer.drain()
+
+
+@dataclass
+class _StandingIn:
+    """Where the lane stands in for mitmproxy's HTTP layer (``stand_in``): the client TLS
+    layer below it and its connection's records, which the lane decrypts and encrypts with."""
+
+    stand_in: StandIn
+    client_tls: ClientTLSLayer
+    encrypting: _Encrypting
 
 
 class Tunnel:
     """One client connection from its CONNECT on (``run``); a lanes.Lane."""
 
     name = TUNNEL
+    top: layer.Layer  # mitmproxy's layers, from the first TLS bytes on (_tunnel)
 
     def __init__(self, lane, client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  doors: Doors, watched: Watched) -> None:
@@ -114,11 +137,7 @@ class Tunnel:
         # what it reads is reported to ``watched`` in the loop (a wrapper costs a coroutine a read)
         self.reader = reader
         self.writer = writer
-        self.top: layer.Layer | None = None
-        self.stand_in: StandIn | None = None
-        self.records = None  # decrypts and encrypts with the client TLS layer's connection, once the lane stands in
-        self._encrypting = _Encrypting(self)
-        self._client_tls: ClientTLSLayer | None = None
+        self.standing: _StandingIn | None = None  # once the lane stands in for the HTTP layer
         self._tls_started = False
         self.closed = False
         self._lock = asyncio.Lock()
@@ -185,17 +204,19 @@ class Tunnel:
         self.top = layer.NextLayer(context)
         await self.feed(events.Start())
         while not self.closed:
-            if data and self.stand_in is not None and not self.stand_in.delegated:
-                if not self.decrypt(data):  # close_notify: what came before it is answered, then goodbye
-                    await self.answer_plain()
+            standing = self.standing
+            if data and standing is not None and not standing.stand_in.delegated:
+                if not self.decrypt(standing, data):  # close_notify: what came before it is answered, then goodbye
+                    await self.answer_plain(standing)
                     if not self.closed:
                         await self.client_left()
                     break
             elif data:
                 await self.feed(events.DataReceived(self.client, data))
-            if self.stand_in is not None and not self.stand_in.delegated and not self.closed:
-                await self.answer_plain()
-                if not self.stand_in.buffer:
+            standing = self.standing  # (the handshake may have just finished)
+            if standing is not None and not standing.stand_in.delegated and not self.closed:
+                await self.answer_plain(standing)
+                if not standing.stand_in.buffer:
                     self.watched.between_requests()  # what was read finished a request, or the handshake
             if self.closed:
                 break
@@ -208,39 +229,27 @@ class Tunnel:
 
     # -- the lane's own requests ----------------------------------------------------------
 
-    def decrypt(self, data: bytes) -> bool:
+    def decrypt(self, standing: _StandingIn, data: bytes) -> bool:
         """As the TLS layer receives data (which the lane reads itself while it stands in);
         False once the client has said it sends no more (close_notify)."""
+        encrypting = standing.encrypting
         try:
-            more = self.records.decrypt(data, self.stand_in.buffer)
+            more = encrypting.records.decrypt(data, standing.stand_in.buffer)
         except SSL.Error as exc:
             connection_log.warning(f"TLS Error: {exc}", extra={"client": self.client.peername})
             more = True
-        self._flush_tls()
+        encrypting.flush()
         return more
-
-    def send(self, data: bytes) -> None:
-        """As the TLS layer sends data."""
-        try:
-            self.records.encrypt(data)
-        except (SSL.ZeroReturnError, SSL.SysCallError):
-            pass  # the client is going; what it still sends is dropped, as mitmproxy does
-        self._flush_tls()
-
-    def _flush_tls(self) -> None:
-        out = self.records.outgoing()
-        if out and not self.writer.is_closing():
-            self.writer.write(out)
 
     async def answer(self, request: http.Request, body: bytes, client, server, writer: ClientWriter,
                      client_says) -> bool:
         """As the fast lane answers (lanes.Lane), the flow marked as the tunnel's."""
         return await self.lane.answer(request, body, client, server, writer, client_says, TUNNEL)
 
-    async def answer_plain(self) -> None:
+    async def answer_plain(self, standing: _StandingIn) -> None:
         """Answer the complete plain requests received; the first of another kind delegates."""
         doors = self.doors
-        buffer = self.stand_in.buffer
+        buffer = standing.stand_in.buffer
         server = self.top.context.server
         while buffer:
             if buffer[0] in EMPTY_LINE_BYTES:  # empty lines before a request line are ignored (RFC 9112)
@@ -250,11 +259,11 @@ class Tunnel:
             if end is None:
                 door = doors.waiting(buffer)
                 if door is not None:
-                    await self.delegate(door)
+                    await self.delegate(standing, door)
                 return
             plain = doors.plain(bytes(buffer[:end]), server.address)
             if plain is None:
-                return await self.delegate(doors.not_plain(buffer[:end]))
+                return await self.delegate(standing, doors.not_plain(buffer[:end]))
             request, size, request_closes = plain
             if len(buffer) < end + size:
                 return
@@ -262,33 +271,35 @@ class Tunnel:
             del buffer[:end + size]
             self.watched.head_done()
             self.watched.body_done()
-            keep_open = await self.lane.answer(request, body, self.client, server, self._encrypting, self.reader.read,
-                                               TUNNEL)  # (self.answer, without its frame)
+            keep_open = await self.lane.answer(request, body, self.client, server, standing.encrypting,
+                                               self.reader.read, TUNNEL)  # (self.answer, without its frame)
             self.watched.answered(time.monotonic())
             if not keep_open or request_closes:
                 self.closed = True
                 return
             await self.writer.drain()
 
-    async def delegate(self, door: Door) -> None:
+    async def delegate(self, standing: _StandingIn, door: Door) -> None:
         """From now on mitmproxy's HTTP layer serves this connection, first the bytes held
         (``door``: mitmproxy's, with the reason)."""
-        data = bytes(self.stand_in.buffer)
-        self.stand_in.buffer.clear()
-        self.stand_in.delegated = True
+        stand_in = standing.stand_in
+        data = bytes(stand_in.buffer)
+        stand_in.buffer.clear()
+        stand_in.delegated = True
         self.watched.by_lane = False  # mitmproxy's hooks report for it from now on
         self.watched.handed_over = door.reason
         # the events go in below the client TLS layer, whose commands encrypt what goes out
-        client_tls = self._client_tls
+        client_tls = standing.client_tls
         await self.run_commands(client_tls.event_to_child(events.Start()))
         if data:
             await self.run_commands(client_tls.event_to_child(events.DataReceived(self.client, data)))
 
     async def client_left(self) -> None:
-        if self.stand_in is not None and not self.stand_in.delegated:
-            if not self.stand_in.buffer.strip():
+        standing = self.standing
+        if standing is not None and not standing.stand_in.delegated:
+            if not standing.stand_in.buffer.strip():
                 return  # between requests: nothing to say
-            await self.delegate(HEAD_CUT_SHORT)  # a request cut short: mitmproxy's HTTP layer says so in the log
+            await self.delegate(standing, HEAD_CUT_SHORT)  # a request cut short: mitmproxy's HTTP layer logs it
         await self.feed(events.ConnectionClosed(self.client))
 
     # -- mitmproxy's layers, run as its connection handler runs them -------------------------
@@ -349,8 +360,6 @@ class Tunnel:
             task = asyncio.get_running_loop().create_task(self._wake(command))
             self._wakeups.add(task)
             task.add_done_callback(self._wakeups.discard)
-        elif isinstance(command, commands.GetSocket):
-            return events.GetSocketCompleted(command, None)
         else:
             raise RuntimeError(f"unexpected command from mitmproxy's layers: {command}")
         return None
@@ -368,19 +377,22 @@ class Tunnel:
         data, = hook.args()
         if isinstance(data, mitm_flow.Flow):
             await data.wait_for_resume()
-        if isinstance(data, layer.NextLayer) and self.stand_in is None:
+        if isinstance(data, layer.NextLayer) and self.standing is None:
             self._maybe_stand_in(data)
 
     def _maybe_stand_in(self, next_layer: layer.NextLayer) -> None:
         """Stand in for the HTTP layer chosen for an HTTP/1 client inside TLS."""
         chosen = next_layer.layer
+        if chosen is None:
+            return
         door = self.doors.in_tls(chosen, self.client)
         if door is not None and door.lane != TUNNEL:
             self.watched.handed_over = door.reason  # (mitmproxy's HTTP layer, HTTP/2 say: the lane stays out)
         elif door is not None:
             client_tls = [item for item in next_layer.context.layers if isinstance(item, ClientTLSLayer)]
             if len(client_tls) == 1 and client_tls[0].tls is not None:
-                self._client_tls = client_tls[0]
-                self.records = records_of(client_tls[0].tls)
-                self.stand_in = next_layer.layer = StandIn(chosen)
+                stand_in = StandIn(chosen)
+                self.standing = _StandingIn(stand_in, client_tls[0], _Encrypting(records_of(client_tls[0].tls),
+                                                                                   self.writer))
+                next_layer.layer = stand_in
 

@@ -31,6 +31,7 @@ from stbproxy.errors import ConfigError
 from stbproxy.runtime import Runtime
 from stbproxy.store.tiered import TieredStore
 from stbproxy.workers.link import LinkClient, LinkServer
+from stbproxy.workers.reader_engine import ReaderStore
 
 log = logging.getLogger("stbproxy")
 
@@ -169,7 +170,9 @@ async def run_reader(config: dict) -> None:
 
     async def listening(runtime: Runtime, host: str, port: int, stop) -> None:
         link.on_lost(stop)  # the primary is gone: so is this worker
-        following.append(asyncio.ensure_future(runtime.store.follow()))
+        store = runtime.store
+        assert isinstance(store, ReaderStore), "a reader worker's runtime opens a reader's store"
+        following.append(asyncio.ensure_future(store.follow()))
         await link.hello(os.getpid())
 
     async def stopping() -> None:
