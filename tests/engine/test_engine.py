@@ -1,41 +1,16 @@
-"""The calling rules, against a real store and a real upstream on loopback."""
+"""The calling rules, against a real store and a real upstream on loopback: virtual, record and
+replay modes, upstream failures, concurrent misses, passthrough hosts, redaction in the store,
+bodies (capped, compressed, binary), stored simulations, and simulated answers refreshed once the
+API is back."""
 
 import asyncio
 import json
 
 import pytest
 
-from stbproxy.engine import Engine, EngineConfig
-from stbproxy.kinds import kinds_for
-from stbproxy.models import Mode, Request, Response, Source
-from stbproxy.store.embedded import Store
-from stbproxy.synthesis.simulation import Simulation
-from stbproxy.upstream import Upstream, UpstreamConfig
-
-JSON = (("Content-Type", "application/json"),)
-DEAD = "http://127.0.0.1:9/nothing-listens-here"  # the discard port: connection refused
-
-
-@pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "store") as db:
-        yield db
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-def engine_run(store, scenario, mode=Mode.VIRTUAL, extra=None, **config):
-    async def main():
-        upstream = Upstream(UpstreamConfig(timeout=config.pop("timeout", 5.0)))
-        engine = Engine(store, upstream, EngineConfig(mode=mode, **config), **(extra or {}))
-        try:
-            return await scenario(engine)
-        finally:
-            await upstream.aclose()
-
-    return run(main())
+from stbproxy.models import Mode, Request, Source
+from stbproxy.sim.faults import FaultPlan
+from tests.engine.engine_helpers import DEAD, CountingSimulator, engine_run, store  # noqa: F401
 
 
 def test_virtual_miss_goes_upstream_then_hits(store, upstream):
@@ -222,17 +197,6 @@ def test_binary_and_non_utf8_bodies_round_trip(store, upstream):
     assert second.source is Source.CACHE and second.response.body == bytes(range(256)) * 4 == first.response.body
 
 
-class CountingSimulator:
-    def __init__(self):
-        self.calls = 0
-
-    async def simulate(self, job):
-        self.calls += 1
-        await asyncio.sleep(0.2)
-        body = json.dumps({"error": "", "response": f"simulated for {job.reason[:20]}"}).encode()
-        return Simulation(Response(200, JSON, body), ok=True, meta={"model": "test"})
-
-
 def test_successful_simulations_are_stored_as_simulated_and_shared(store):
     simulator = CountingSimulator()
 
@@ -246,97 +210,6 @@ def test_successful_simulations_are_stored_as_simulated_and_shared(store):
     assert {a.source for a in answers} == {Source.SIMULATED} and again.source is Source.CACHE
     stored = store.get(again.key)
     assert stored.source is Source.SIMULATED and stored.meta == {"model": "test", "failure": "not_connected"}
-
-
-# -- fault injection ------------------------------------------------------------------------------
-from stbproxy.sim.faults import FaultPlan  # noqa: E402
-
-
-def test_faulted_calls_go_to_the_simulator_in_virtual_mode_and_are_never_stored_as_real(store, upstream):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?f=1")))
-
-    answer = engine_run(store, scenario, extra={"simulator": simulator, "faults": FaultPlan.from_specs(["down=1"])})
-    assert answer.source is Source.SIMULATED and upstream.hits["/echo"] == 0
-    assert "injected fault down=1" in json.loads(answer.response.body)["response"] or simulator.calls == 1
-    assert store.get(answer.key).source is Source.SIMULATED
-
-
-@pytest.mark.parametrize("spec,status", [("status=503", 503), ("status=401", 401), ("timeout", 504), ("refuse", 502),
-                                         ("empty", 200), ("malformed", 200)])
-def test_faults_reach_the_client_in_record_mode(store, upstream, spec, status):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo")))
-
-    answer = engine_run(store, scenario, mode=Mode.RECORD, extra={"faults": FaultPlan.from_specs([spec])})
-    assert answer.source is Source.INJECTED and answer.response.status == status
-    assert answer.response.header("X-Stb-Source") == "injected" and answer.response.header("X-Stb-Fault")
-    assert upstream.hits["/echo"] == 0 and store.get(answer.key) is None
-
-
-def test_faults_apply_before_the_store_in_replay(store, upstream):
-    async def record(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?r=1")))
-
-    engine_run(store, record, mode=Mode.RECORD)
-
-    async def replay(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?r=1")))
-
-    answer = engine_run(store, replay, mode=Mode.REPLAY, extra={"faults": FaultPlan.from_specs(["status=500"])})
-    assert answer.source is Source.INJECTED and answer.response.status == 500
-    clean = engine_run(store, replay, mode=Mode.REPLAY)
-    assert clean.source is Source.CACHE
-
-
-def test_scoped_fault_spares_other_hosts(store, upstream):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?s=1")))
-
-    answer = engine_run(store, scenario, mode=Mode.RECORD,
-                        extra={"faults": FaultPlan.from_specs(["status=503,host=*.rapidapi.com"])})
-    assert answer.source is Source.UPSTREAM and answer.response.status == 200
-
-
-# -- validity by kind of traffic ------------------------------------------------------------------
-from stbproxy.stb.catalog import ApiDoc, Catalog, Param  # noqa: E402
-
-
-def echo_catalog(base: str) -> Catalog:
-    return Catalog([ApiDoc(category="Search", tool="Shop", api="Search products", url=f"{base}/echo/{{item}}",
-                           method="GET", required_parameters=(Param("item", "STRING"),))])
-
-
-def test_plain_http_answers_are_judged_by_status_so_a_200_mentioning_500_is_kept(store, upstream):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?q=cost+500+usd+parameter")))
-
-    answer = engine_run(store, scenario, extra={"simulator": simulator})
-    assert answer.source is Source.UPSTREAM and simulator.calls == 0
-    assert store.get(answer.key).source is Source.UPSTREAM
-
-
-def test_catalog_routed_calls_keep_stabletoolbench_rules_by_default(store, upstream):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo/shoes?q=cost+500+usd")))
-
-    answer = engine_run(store, scenario,
-                        extra={"simulator": simulator, "kinds": kinds_for(echo_catalog(upstream.base))})
-    assert answer.key.startswith("api/") and answer.source is Source.SIMULATED and simulator.calls == 1
-
-
-@pytest.mark.parametrize("policy,source", [("stb", Source.SIMULATED), ("strict", Source.UPSTREAM)])
-def test_a_validity_setting_forces_one_policy_for_all_traffic(store, upstream, policy, source):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?q=cost+500+usd")))
-
-    assert engine_run(store, scenario, validity=policy, extra={"simulator": CountingSimulator()}).source is source
 
 
 # -- simulated answers do not hide real ones for good -------------------------------------------------
@@ -375,128 +248,3 @@ def test_refresh_simulated_keeps_the_simulated_answer_when_the_real_one_is_inval
     # Asked again once (the second hit falls within the retry interval), still invalid: kept.
     assert [a.source for a in answers] == [Source.CACHE, Source.CACHE] and upstream.hits["/status/503"] == 2
     assert store.get(first.key).source is Source.SIMULATED
-
-
-def test_injected_failures_are_marked_with_their_rule(store, upstream):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", upstream.url("/echo?m=1")), "run")
-
-    answer = engine_run(store, scenario, mode=Mode.RECORD, extra={"faults": FaultPlan.from_specs(["status=503"])})
-    logged = [ex for ex in store.scan("log/injected/")]
-    assert answer.source is Source.INJECTED and [ex.meta.get("fault") for ex in logged] == ["status=503"]
-
-
-# -- honest answers: transport failures, TLS set-up errors, origins ---------------------------
-
-
-def test_record_mode_answers_a_transport_failure_as_an_error_and_stores_nothing(store):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", DEAD), "rec")
-
-    answer = engine_run(store, scenario, mode=Mode.RECORD)
-    assert answer.source is Source.ERROR and answer.response.status == 502
-    assert answer.response.header("X-Stb-Source") == "error" and answer.response.header("X-Stb-Origin") == "error"
-    assert "upstream unreachable" in json.loads(answer.response.body)["error"]
-    assert store.get(answer.key) is None and list(store.keys("log/")) == []  # nothing kept as an answer
-    (record,) = store.session_records("rec")
-    assert (record["source"], record["error"], record["key"], record["status"]) == ("error", "unreachable", "", 502)
-    assert record["url"] == DEAD
-
-
-def test_passthrough_failure_is_an_error_not_a_passthrough_answer(store):
-    async def scenario(engine):
-        return await engine.handle(Request("GET", DEAD), "s")
-
-    answer = engine_run(store, scenario, passthrough=("127.0.0.1",))
-    assert answer.source is Source.ERROR and answer.response.status == 502
-    assert list(store.keys("log/")) == []
-
-
-def test_an_untrusted_certificate_is_a_configuration_error_never_simulated(store, tls_upstream, caplog):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        return [await engine.handle(Request("GET", tls_upstream.url("/echo")), "s") for _ in range(2)]
-
-    caplog.set_level("WARNING", logger="stbproxy")
-    answers = engine_run(store, scenario, extra={"simulator": simulator})
-    assert simulator.calls == 0 and tls_upstream.requests == []
-    for answer in answers:
-        assert answer.source is Source.ERROR and answer.response.status == 502
-        text = json.loads(answer.response.body)["error"]
-        assert "127.0.0.1" in text and "--upstream-ca" in text and "--upstream-insecure" in text
-    assert store.get(answers[0].key) is None and list(store.keys("log/")) == []
-    assert [r["error"] for r in store.session_records("s")] == ["tls", "tls"]
-    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "--upstream-ca" in warnings[0].getMessage()  # once per host, without -v
-
-
-def test_a_trusted_certificate_is_served_as_usual(store, tls_upstream, test_ca):
-    async def main():
-        upstream = Upstream(UpstreamConfig(ca_file=str(test_ca.ca_file)))
-        try:
-            return await Engine(store, upstream).handle(Request("GET", tls_upstream.url("/echo")))
-        finally:
-            await upstream.aclose()
-
-    assert run(main()).source is Source.UPSTREAM
-
-
-def test_a_hit_says_where_its_answer_came_from(store, upstream):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        fresh = [await engine.handle(Request("GET", url)) for url in (DEAD, upstream.url("/echo"))]
-        hits = [await engine.handle(Request("GET", url)) for url in (DEAD, upstream.url("/echo"))]
-        return fresh, hits
-
-    (simulated, real), (simulated_hit, real_hit) = engine_run(store, scenario, extra={"simulator": simulator})
-    assert simulated.response.header("X-Stb-Origin") == "simulated" == simulated_hit.response.header("X-Stb-Origin")
-    assert simulated_hit.response.header("X-Stb-Source") == "cache"
-    assert simulated_hit.response.header("X-Stb-Simulator") == simulated.response.header("X-Stb-Simulator")
-    assert real.response.header("X-Stb-Origin") == "upstream" == real_hit.response.header("X-Stb-Origin")
-    assert real_hit.response.header("X-Stb-Simulator") is None
-
-
-def test_hits_record_their_origin_in_the_session(store, upstream):
-    simulator = CountingSimulator()
-
-    async def scenario(engine):
-        for _ in range(2):
-            for url in (DEAD, upstream.url("/echo")):
-                await engine.handle(Request("GET", url), "s")
-
-    engine_run(store, scenario, extra={"simulator": simulator})
-    records = store.session_records("s")
-    assert [(r["source"], r.get("origin")) for r in records] == [
-        ("simulated", None), ("upstream", None), ("cache", "simulated"), ("cache", "upstream")]
-
-
-def test_simulator_off_names_the_call_unavailable_not_simulated_error(store):
-    from stbproxy.sim.simulators import OffSimulator
-
-    async def scenario(engine):
-        return await engine.handle(Request("GET", DEAD))
-
-    answer = engine_run(store, scenario, extra={"simulator": OffSimulator()})
-    assert answer.source is Source.UNAVAILABLE and answer.response.header("X-Stb-Source") == "unavailable"
-    assert list(store.keys("log/simulated-error/")) == [] and len(list(store.keys("log/unavailable/"))) == 1
-
-
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/chat/completions", "/v1/embeddings", "/v1/responses"])
-def test_a_replay_miss_on_an_openai_endpoint_answers_in_the_openai_error_shape(store, path):
-    async def scenario(engine):
-        return await engine.handle(Request("POST", f"http://127.0.0.1:9{path}", JSON, b'{"model": "m"}'))
-
-    miss = engine_run(store, scenario, mode=Mode.REPLAY)
-    document = json.loads(miss.response.body)
-    assert miss.response.status == 404 and set(document["error"]) >= {"message", "type", "code"}
-    assert "no stored answer" in document["error"]["message"] and document["error"]["code"] == "replay_miss"
-
-
-def test_a_replay_miss_elsewhere_keeps_its_own_shape(store):
-    async def scenario(engine):
-        return await engine.handle(Request("POST", "http://127.0.0.1:9/v1/tools/search", JSON, b"{}"))
-
-    document = json.loads(engine_run(store, scenario, mode=Mode.REPLAY).response.body)
-    assert document["error"].startswith("stbproxy replay") and "closest" in document
