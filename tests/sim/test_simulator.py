@@ -1,104 +1,39 @@
-"""The simulators against a scripted OpenAI-compatible fake on loopback, a real store and
-a catalog built here."""
+"""The LLM simulator against a scripted OpenAI-compatible fake on loopback, a real store and a
+catalog built here: a good reply and the prompt that asked for it (docs, examples, no secrets),
+simulations running together up to the cap, and an engine storing good simulations only."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import socket
 import threading
 import time
 
-import pytest
-
 from stbproxy import keys
 from stbproxy.engine import Engine
-from stbproxy.errors import ConfigError, UpstreamError
+from stbproxy.errors import UpstreamError
 from stbproxy.kinds import kinds_for
-from stbproxy.models import Exchange, Request, Response, Source
-from stbproxy.sim.config import SimulatorConfig
-from stbproxy.sim.llm_prompt import fit_examples, parse_reply
-from stbproxy.sim.llm_simulator import MAX_ATTEMPTS, LlmSimulator
-from stbproxy.sim.simulators import OffSimulator, SchemaSimulator, build_simulator
+from stbproxy.models import Request, Source
+from stbproxy.sim.llm_prompt import fit_examples
 from stbproxy.stb import api_requests
 from stbproxy.stb.catalog import ApiDoc, Catalog, Param
-from stbproxy.store.embedded import Store
 from stbproxy.synthesis.simulation import SimulationRequest
-from tests.fakes.fake_openai import FakeOpenAI, HttpError, fake_openai  # noqa: F401
-
-WEATHER = ApiDoc(
-    category="Weather", tool="Sky Cast", api="Current Conditions",
-    url="https://sky-cast.p.rapidapi.com/current", method="GET",
-    tool_description="Forecasts and live readings from 4,000 stations.",
-    api_description="The latest observation for a city.",
-    required_parameters=(Param("city", "STRING", "City name, e.g. Lisbon"),),
-    optional_parameters=(Param("units", "STRING", "metric or imperial", "metric"),),
-    template_response={"temperature": "float", "conditions": "str", "station": {"id": "str"}},
+from tests.fakes.fake_openai import fake_openai  # noqa: F401
+from tests.sim.simulator_helpers import (  # noqa: F401
+    GOOD,
+    SECRET_FIELD,
+    SECRET_KEY,
+    WEATHER,
+    catalog,
+    filled,
+    llm,
+    put,
+    run,
+    simulate,
+    store,
+    user_prompt,
+    weather_job,
 )
-BARE = ApiDoc(category="Data", tool="Quotes", api="Random Quote", url="https://quotes.example/random",
-              method="GET")
-SECRET_KEY = "rk-TOP-SECRET-0042"
-SECRET_FIELD = "qs-SECRET-VALUE-77"
-GOOD = json.dumps({"error": "", "response": {"temperature": 17.5, "conditions": "light rain"}})
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-def weather_job(city: str = "Oslo") -> SimulationRequest:
-    request = Request("GET", f"https://sky-cast.p.rapidapi.com/current?city={city}&api_key={SECRET_FIELD}",
-                      (("X-RapidAPI-Key", SECRET_KEY), ("X-RapidAPI-Host", "sky-cast.p.rapidapi.com")))
-    return SimulationRequest(request, keys.api_key(WEATHER.ref, {"city": city}), WEATHER.ref, "connection refused")
-
-
-def put(store: Store, doc: ApiDoc, city: str, body, source: Source, status: int = 200) -> None:
-    body = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = Request("GET", f"{doc.url}?city={city}")
-    store.put(Exchange(keys.api_key(doc.ref, {"city": city}), request,
-                       Response(status, (("Content-Type", "application/json"),), body), source, 0.0, api=doc.ref))
-
-
-@pytest.fixture
-def catalog() -> Catalog:
-    return Catalog([WEATHER, BARE])
-
-
-@pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "store") as db:
-        yield db
-
-
-@pytest.fixture
-def filled(store):
-    """Seven stored answers of WEATHER: 3 upstream, 1 imported, 3 simulated; plus a 500."""
-    for city in ("Lima", "Pune", "Quito"):
-        put(store, WEATHER, city, {"temperature": 21.0, "conditions": f"real-{city}"}, Source.UPSTREAM)
-    put(store, WEATHER, "Bergen", {"temperature": 4.0, "conditions": "real-Bergen"}, Source.IMPORTED)
-    for city in ("Aaa", "Bbb", "Ccc"):
-        put(store, WEATHER, city, {"temperature": 1.0, "conditions": f"sim-{city}"}, Source.SIMULATED)
-    put(store, WEATHER, "Doha", {"message": "broken-Doha"}, Source.UPSTREAM, status=500)
-    return store
-
-
-def llm(server: FakeOpenAI, catalog, store, **config) -> LlmSimulator:
-    config.setdefault("max_retries", 0)
-    return LlmSimulator(SimulatorConfig(name="llm", model="sim-model", base_url=server.base_url,
-                                        api_key="test-key", **config), catalog, store)
-
-
-async def simulate(sim, *jobs):
-    try:
-        return await asyncio.gather(*(sim.simulate(j) for j in jobs))
-    finally:
-        await sim.aclose()
-
-
-def user_prompt(request: dict) -> str:
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
-
 
 # -- a good reply and the prompt that asked for it ------------------------------------------------
 
@@ -203,156 +138,6 @@ def test_model_error_text_goes_to_meta_and_body(fake_openai, catalog, store):
     assert json.loads(result.response.body) == {"error": "city is required", "response": ""}
 
 
-# -- bad replies ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("reply, reason", [
-    ("", "empty reply"),
-    ("I am sorry, I cannot help with that.", "not JSON"),
-    (json.dumps({"result": {"temperature": 3}}), "'error' and 'response'"),
-    (json.dumps([{"error": "", "response": 1}]), "'error' and 'response'"),
-    (json.dumps({"error": "", "response": ""}), "neither a response nor an error"),
-    (json.dumps({"error": "", "response": "x" * 200_000}), "cap"),
-    ({"id": "x", "object": "chat.completion", "choices": []}, "no message content"),  # the whole HTTP body
-])
-def test_bad_replies_are_retried_then_fail(fake_openai, catalog, store, caplog, reply, reason):
-    fake_openai.handler = lambda _r: reply
-    with caplog.at_level(logging.WARNING, logger="stbproxy"):
-        [result] = run(simulate(llm(fake_openai, catalog, store), weather_job()))
-    assert not result.ok
-    assert fake_openai.calls == MAX_ATTEMPTS
-    body = json.loads(result.response.body)
-    assert body["response"] == "" and body["error"].startswith("Failed to simulate Weather/")
-    assert reason in body["error"]
-    assert sum(reason in r.getMessage() for r in caplog.records) >= MAX_ATTEMPTS
-
-
-def virtual_job(city: str = "Oslo") -> SimulationRequest:
-    """weather_job as a /virtual call: the names its client wrote travel with it."""
-    from dataclasses import replace
-
-    return replace(weather_job(city), names={"category": "Weather", "tool_name": "Sky Cast", "api_name": "current"})
-
-
-def test_a_virtual_call_without_a_usable_reply_gets_stabletoolbench_s_failure(fake_openai, catalog, store):
-    """StableToolBench's server asks three times, then answers this object (its client sees
-    nothing else); stbproxy's own words stay in its log."""
-    fake_openai.handler = lambda _r: "I am sorry, I cannot help with that."
-    [result] = run(simulate(llm(fake_openai, catalog, store), virtual_job()))
-    assert not result.ok and fake_openai.calls == MAX_ATTEMPTS
-    assert json.loads(result.response.body) == {"error": "Failed to generate fake response", "response": ""}
-
-
-def test_a_virtual_call_whose_model_cannot_be_reached_gets_stabletoolbench_s_500(catalog, store):
-    from stbproxy.stb.bodies import VIRTUAL_STATUS
-
-    with socket.socket() as s:  # a port with nobody listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
-                                       max_retries=0), catalog, store)
-    [result] = run(simulate(sim, virtual_job()))
-    assert not result.ok and result.meta[VIRTUAL_STATUS] == 500 and "cannot connect" in result.meta["cause"]
-    assert (result.response.status, result.response.body) == (500, b"Internal Server Error")
-
-
-def test_a_bad_reply_then_a_good_one_succeeds(fake_openai, catalog, store):
-    replies = iter(["not json", "```json\n" + GOOD + "\n```"])  # code fences are stripped
-    fake_openai.handler = lambda _r: next(replies)
-    [result] = run(simulate(llm(fake_openai, catalog, store), weather_job()))
-    assert result.ok and result.meta["attempts"] == 2 and fake_openai.calls == 2
-    assert json.loads(result.response.body)["conditions"] == "light rain"
-
-
-@pytest.mark.parametrize("text", [
-    "```\n" + GOOD + "\n```", "Here you go:\n```json\n" + GOOD + "\n```\nEnjoy.", "Sure! " + GOOD])
-def test_parse_reply_accepts_fenced_or_wrapped_json(text):
-    assert parse_reply(text) == ("", {"temperature": 17.5, "conditions": "light rain"})
-
-
-# -- LLM errors -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("status, words", [(401, "credentials"), (429, "HTTP 429"), (500, "HTTP 500")])
-def test_llm_http_errors_end_quickly_as_failed(fake_openai, catalog, store, caplog, status, words):
-    fake_openai.handler = lambda _r: HttpError(status, "nope, key sk-abc...xyz")
-    started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="stbproxy"):
-        [result] = run(simulate(llm(fake_openai, catalog, store), weather_job()))
-    assert time.monotonic() - started < 3
-    assert not result.ok and fake_openai.calls == 1  # max_retries=0, and no loop of our own
-    error = json.loads(result.response.body)["error"]
-    assert words in error and any(words in r.getMessage() for r in caplog.records)
-    if status == 401:
-        assert "sk-abc" not in error and "sk-abc" not in caplog.text
-
-
-def test_client_retries_are_the_configured_ones(fake_openai, catalog, store):
-    fake_openai.handler = lambda _r: HttpError(500)
-    [result] = run(simulate(llm(fake_openai, catalog, store, max_retries=1), weather_job()))
-    assert not result.ok and fake_openai.calls == 2
-
-
-def test_refused_connection_ends_as_failed(catalog, store):
-    with socket.socket() as s:  # a port with nobody listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
-                                       max_retries=0), catalog, store)
-    started = time.monotonic()
-    [result] = run(simulate(sim, weather_job()))
-    assert time.monotonic() - started < 3
-    assert not result.ok and "cannot connect" in json.loads(result.response.body)["error"]
-
-
-def test_slow_backend_times_out(fake_openai, catalog, store):
-    fake_openai.handler = lambda _r: GOOD
-    fake_openai.latency = 1.5
-    started = time.monotonic()
-    [result] = run(simulate(llm(fake_openai, catalog, store, timeout=0.3), weather_job()))
-    assert time.monotonic() - started < 1.4
-    assert not result.ok and "did not answer within 0.3 s" in json.loads(result.response.body)["error"]
-
-
-# -- JSON mode ----------------------------------------------------------------------------------------
-
-
-def test_json_mode_is_asked_for(fake_openai, catalog, store):
-    fake_openai.handler = lambda _r: GOOD
-    run(simulate(llm(fake_openai, catalog, store), weather_job()))
-    assert fake_openai.chat_requests()[0]["response_format"] == {"type": "json_object"}
-
-
-def test_json_mode_rejection_falls_back_and_is_remembered(fake_openai, catalog, store):
-    def handler(request):
-        if "response_format" in request:
-            return HttpError(400, "response_format is not supported by this model")
-        return GOOD
-
-    fake_openai.handler = handler
-
-    async def twice(sim):
-        try:
-            first = await sim.simulate(weather_job("Oslo"))
-            second = await sim.simulate(weather_job("Rome"))
-            return first, second
-        finally:
-            await sim.aclose()
-
-    first, second = run(twice(llm(fake_openai, catalog, store)))
-    assert first.ok and second.ok
-    sent = fake_openai.chat_requests()
-    assert ["response_format" in r for r in sent] == [True, False, False]
-
-
-def test_a_400_not_about_json_mode_fails_and_keeps_json_mode(fake_openai, catalog, store):
-    fake_openai.handler = lambda _r: HttpError(400, "context length exceeded")
-    sim = llm(fake_openai, catalog, store)
-    [result] = run(simulate(sim, weather_job()))
-    assert not result.ok and "context length exceeded" in json.loads(result.response.body)["error"]
-    assert sim._json_mode
-
-
 # -- concurrency ------------------------------------------------------------------------------------
 
 
@@ -399,77 +184,6 @@ def test_concurrency_is_capped(fake_openai, catalog, store):
     results = run(simulate(llm(fake_openai, catalog, store, concurrency=3), *jobs))
     assert time.monotonic() - started >= 0.9  # three waves of at most three
     assert all(r.ok for r in results) and counter.peak == 3
-
-
-# -- offline simulators -----------------------------------------------------------------------------
-
-
-def test_schema_simulator_follows_the_template_deterministically(catalog, store):
-    first = run(SchemaSimulator(catalog, store).simulate(weather_job("Oslo")))
-    again = run(SchemaSimulator(catalog, store).simulate(weather_job("Oslo")))
-    other = run(SchemaSimulator(catalog, store).simulate(weather_job("Rome")))
-    assert first.ok and first.meta == {"simulator": "schema"}
-    assert first.response.body == again.response.body
-    answer = json.loads(first.response.body)
-    assert set(answer) == {"temperature", "conditions", "station"} and set(answer["station"]) == {"id"}
-    assert isinstance(answer["temperature"], float)
-    assert other.response.body != first.response.body
-
-
-def test_schema_simulator_borrows_the_shape_of_a_real_answer(catalog, store):
-    put(store, BARE, "x", {"quote": "Be kind", "author": "Ana"}, Source.UPSTREAM)
-    job = SimulationRequest(Request("GET", "https://quotes.example/random?city=y"),
-                            keys.api_key(BARE.ref, {"city": "y"}), BARE.ref, "down")
-    result = run(SchemaSimulator(catalog, store).simulate(job))
-    assert result.ok and set(json.loads(result.response.body)) == {"quote", "author"}
-
-
-def test_schema_simulator_without_docs_or_examples_answers_small_json(store):
-    request = Request("GET", "http://nowhere.test/thing")
-    job = SimulationRequest(request, keys.request_key(request), None, "refused")
-    result = run(SchemaSimulator(None, store).simulate(job))
-    assert result.ok and isinstance(json.loads(result.response.body), dict)
-
-
-def test_off_simulator_answers_a_clear_error():
-    result = run(OffSimulator().simulate(weather_job()))
-    assert not result.ok and result.meta == {"simulator": "off"}
-    assert "simulation is off" in json.loads(result.response.body)["error"]
-
-
-# -- configuration ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("config, env, kind", [
-    (SimulatorConfig(), {}, "schema"),
-    (SimulatorConfig(), {"OPENAI_API_KEY": "k"}, "llm"),
-    (SimulatorConfig(), {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}, "llm"),
-    (SimulatorConfig(model="m"), {}, "llm"),
-    (SimulatorConfig(name="off"), {"OPENAI_API_KEY": "k"}, "off"),
-    (SimulatorConfig(name="schema", model="m"), {}, "schema"),
-])
-def test_chosen_simulator(config, env, kind):
-    assert config.chosen(env) == kind
-
-
-@pytest.mark.parametrize("bad", [dict(name="gpt"), dict(concurrency=0), dict(temperature=3.0),
-                                 dict(timeout=0), dict(max_tokens=0)])
-def test_bad_config_is_refused(bad):
-    with pytest.raises(ConfigError):
-        SimulatorConfig(**bad)
-
-
-def test_build_simulator(catalog, store, monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    assert isinstance(build_simulator(SimulatorConfig(), catalog, store), SchemaSimulator)
-    assert isinstance(build_simulator(SimulatorConfig(name="off"), catalog, store), OffSimulator)
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        build_simulator(SimulatorConfig(name="llm"), catalog, store)
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # keyless self-hosted backend
-    sim = build_simulator(SimulatorConfig(), catalog, store)
-    assert isinstance(sim, LlmSimulator)
-    run(sim.aclose())
 
 
 # -- through the engine -------------------------------------------------------------------------------
