@@ -15,7 +15,7 @@ import yaml
 
 from stbproxy.store.embedded import Store
 from tests.fakes.fake_openai import FakeOpenAI
-from tests.keys.test_secret_forms import forbidden, leaks
+from tests.keys.secret_forms_helpers import forbidden, leaks
 from tests.mcp_demo import McpServer, run_client
 from tests.servers import ProxyProcess
 
