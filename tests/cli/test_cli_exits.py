@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from stbproxy.cli.common import SIGPIPE_EXIT, OneLineErrors, ctrl_c_between_writes
 from stbproxy.store.embedded import Store
 from tests.cli.test_cli_process import SCRIPT
+from tests.terminal import foreground
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ def interrupted_run(args: list[str], at_work, presses: int = 1) -> tuple[int, st
     too) once ``at_work(process)`` has returned, and collect how the command ended. A second
     press follows at once, as an impatient user's."""
     process = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=foreground)
     try:
         at_work(process)
         for _ in range(presses):

@@ -17,6 +17,7 @@ from stbeval.cli import eval_group
 from stbeval.judgelog import LOG_NAME, read_records
 from tests.eval.helpers import REPO, Script, converted_entry, table_rows, write_json
 from tests.fakes.fake_openai import HttpError, ToolCall
+from tests.terminal import foreground
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -207,7 +208,8 @@ def test_interrupted_run_resumes_where_it_stopped(fake_openai, tmp_path):
     command = [sys.executable, "-m", "stbeval", "pass-rate", "--answers", str(answers), "--ids", str(ids),
                "--out", str(out), "--concurrency", "2", "--no-progress"]
     env = {**os.environ, **fake_openai.env(), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=foreground)  # (Ctrl-C reaches it even when the suite runs in the background)
     try:
         deadline = time.monotonic() + 30
         while fake_openai.calls < 10 and time.monotonic() < deadline and proc.poll() is None:
