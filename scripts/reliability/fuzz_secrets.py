@@ -47,6 +47,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,23 +249,34 @@ def search_exports(run: Run, tally: Tally, secrets: list[Secret], workdir: Path)
         tally.search("log", done.stdout + done.stderr, secrets, f"export {name}")
 
 
+def redis_contents(client) -> Iterator[tuple[bytes, list[bytes]]]:
+    """Every key of a Redis and what it holds, whatever its type (an unknown type as its
+    DUMP bytes), for a search of all the shared tier keeps."""
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key).decode()
+        if kind == "string":
+            values = [client.get(key)]
+        elif kind == "hash":
+            values = [b for pair in client.hgetall(key).items() for b in pair]
+        elif kind == "list":
+            values = client.lrange(key, 0, -1)
+        elif kind == "set":
+            values = list(client.smembers(key))
+        elif kind == "zset":
+            values = [member for member, _ in client.zrange(key, 0, -1, withscores=True)]
+        else:
+            values = [client.dump(key)]
+        yield key, values
+
+
 def search_redis(url: str, tally: Tally, secrets: list[Secret]) -> int:
     import redis
 
     client = redis.Redis.from_url(url)
     seen = 0
     try:
-        for key in client.scan_iter(count=1000):
+        for key, values in redis_contents(client):
             seen += 1
-            kind = client.type(key).decode()
-            if kind == "string":
-                values = [client.get(key)]
-            elif kind == "hash":
-                values = [b for pair in client.hgetall(key).items() for b in pair]
-            elif kind == "list":
-                values = client.lrange(key, 0, -1)
-            else:
-                values = [client.dump(key)]
             name = key.decode("utf-8", "surrogateescape")
             if tally.search("keys", key, secrets, f"redis {name}"):
                 tally.keys_with_secret.add(("redis", name))

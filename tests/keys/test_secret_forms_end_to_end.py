@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
+from scripts.reliability.fuzz_secrets import redis_contents
 from stbproxy.serve_process import ServeProcess
 from tests.keys.secret_forms_helpers import (
     _json_inner,
@@ -267,21 +268,8 @@ def _redis_leaks(redis_url: str, secrets: dict[str, set[str]]) -> list:
     client = redis.Redis.from_url(redis_url)
     try:
         found, keys_seen = [], 0
-        for key in client.scan_iter(count=1000):
+        for key, values in redis_contents(client):
             keys_seen += 1
-            kind = client.type(key).decode()
-            if kind == "string":
-                values = [client.get(key)]
-            elif kind == "hash":
-                values = [b for pair in client.hgetall(key).items() for b in pair]
-            elif kind == "list":
-                values = client.lrange(key, 0, -1)
-            elif kind == "set":
-                values = list(client.smembers(key))
-            elif kind == "zset":
-                values = [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
-            else:
-                values = [client.dump(key)]
             for value in [key, *values]:
                 found += [(key, *leak) for leak in leaks(value or b"", secrets)]
         assert keys_seen >= len(secret_cases()) * len(ECHO_FORMS)
