@@ -10,22 +10,25 @@ temporary folder that is removed afterwards:
 1. fill one store with answers for a plain-HTTP API (``stbproxy import cassette``) and for
    StableToolBench's ``/virtual`` (``stbproxy import stb-cache``), as the other hit
    benchmarks do (hitstores.py);
-2. start ``stbproxy serve --mode replay`` on it, ``mitmdump`` with a script answering the
-   same bodies from a dict (the baseline) and, with ``--before DIR``, the stbproxy of
-   another source tree on a copy of the store;
+2. start ``stbproxy serve --mode replay`` on it, the same with ``--workers 2`` on a copy,
+   ``mitmdump`` with a script answering the same bodies from a dict (the baseline) and,
+   with ``--before DIR``, the stbproxy of another source tree on a copy of the store;
 3. for each path (``plain``: GET in absolute form, as HTTP_PROXY clients send it;
    ``virtual``: POST /virtual), each concurrency and each repeat, subjects interleaved: wrk
    with one thread on keep-alive connections for ``--seconds`` after a warm-up second;
    req/s, p50/p99 from wrk, the server's CPU per request from its process times;
 4. print medians, the plain hit's CPU over the /virtual hit's (paired per repeat: the
-   target), and stbproxy's CPU over the baseline's.
+   target), stbproxy's CPU over the baseline's, and the requests per second of two workers
+   over one's, with wrk's own share of the machine (the workers' scaling on a 2-core
+   machine is bounded by what the client leaves them, and wrk leaves more than hitload.py).
 
 Every answer is checked inside wrk (its Lua script): status 200, the subject's source
 header (``X-Stb-Source: cache``, or the dict's mark), and a body equal to one of the
 planned answers. Exit status 1 means an answer failed a check; 2 that wrk is missing.
 
 Baselines (measured in the same run, interleaved): the /virtual hit on the same proxy for
-the plain hit; mitmdump + dict for both; ``--before DIR`` for a before/after.
+the plain hit; mitmdump + dict for both; one worker for ``--workers 2``; ``--before DIR`` for
+a before/after.
 
 Usage: python scripts/bench/bench_wrk.py [--quick] [--seconds S] [--repeats R] [--concurrency 1,16] [--before DIR]
 """
@@ -44,12 +47,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: scripts.* from the repository root
 
 from scripts.bench import hitload, hitstores  # noqa: E402
-from scripts.bench.hitbench import BASELINE, BEFORE, Subject, copy_store, mitmdump_subject, stbproxy_subject, verdict  # noqa: E402
-from scripts.common import HOST, free_port, median, run_in_workdir  # noqa: E402
+from scripts.bench.hitbench import (  # noqa: E402
+    BASELINE,
+    BEFORE,
+    WORKERS,
+    Subject,
+    copy_store,
+    mitmdump_subject,
+    stbproxy_subject,
+    verdict,
+)
+from scripts.common import HOST, children_cpu, free_port, median, run_in_workdir  # noqa: E402
 
 PATHS = ("plain", "virtual")
 PLAIN_OVER_VIRTUAL = 1.10  # a plain hit costs no more than a /virtual one (this machine's noise: about 10 %)
 BASELINE_TARGET = 0.5  # of mitmdump + dict's CPU per request
+WORKERS_TARGET = 1.7  # --workers 2 over one worker, in requests per second
 
 CHECKS = """
 local threads = {}
@@ -109,15 +122,17 @@ def run_wrk(subject: Subject, script: Path, connections: int, seconds: int) -> d
     """One measured wrk run (after a warm-up run that is not counted) with the server's CPU."""
     argv = ["wrk", "-t1", f"-c{connections}", "-s", str(script), f"http://{HOST}:{subject.port}/"]
     subprocess.run([*argv[:1], "-d1s", *argv[1:]], capture_output=True, timeout=60, check=True)
-    before = subject.cpu()
+    before, client_before = subject.cpu(), children_cpu()
     done = subprocess.run([*argv[:1], f"-d{seconds}s", *argv[1:]], capture_output=True, text=True,
                           timeout=seconds + 60)
-    after = subject.cpu()
+    after, client_after = subject.cpu(), children_cpu()
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed against {subject.name}:\n{done.stdout}\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["cpu_ms"] = (after - before) / max(result["requests"], 1) * 1e3
     result["rps"] = result["requests"] / result["seconds"]
+    # wrk's own share of the machine: it runs on the cores the server's workers would use
+    result["client_share"] = (client_after - client_before) / (result["seconds"] * (os.cpu_count() or 1))
     return result
 
 
@@ -135,7 +150,9 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
              "virtual": hitstores.virtual_plan(made, args.distinct, 1)}
 
     confdir = workdir / "certs"
-    subjects = [stbproxy_subject("stbproxy", store, confdir=confdir)]
+    subjects = [stbproxy_subject("stbproxy", store, confdir=confdir),
+                stbproxy_subject(WORKERS, copy_store(store, workdir / "store-workers"), "--workers", "2",
+                                 confdir=confdir)]
     if args.before:
         subjects.append(stbproxy_subject(BEFORE, copy_store(store, workdir / "store-before"), confdir=confdir,
                                          source=args.before))
@@ -168,12 +185,12 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
     def get(path, name, concurrency, field):
         return median(r[field] for r in runs[path, name, concurrency])
 
-    print(f"\n{'path':8} {'subject':18} {'conns':>5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'CPU ms/hit':>10}")
+    print(f"\n{'path':8} {'subject':20} {'conns':>5} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'CPU ms/hit':>10}")
     for path in PATHS:
         for subject in subjects:
             for c in args.concurrency:
                 p50, p99 = (get(path, subject.name, c, field) / 1e3 for field in ("p50_us", "p99_us"))
-                print(f"{path:8} {subject.name:18} {c:5d} {get(path, subject.name, c, 'rps'):8.0f} "
+                print(f"{path:8} {subject.name:20} {c:5d} {get(path, subject.name, c, 'rps'):8.0f} "
                       f"{p50:7.2f} {p99:7.2f} {get(path, subject.name, c, 'cpu_ms'):10.3f}")
     print()
     for c in args.concurrency:
@@ -187,6 +204,13 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
             ratio = get(path, "stbproxy", c, "cpu_ms") / get(path, BASELINE, c, "cpu_ms")
             print(f"concurrency {c}: {path}: {ratio:.2f} of {BASELINE}'s {get(path, BASELINE, c, 'cpu_ms'):.3f} ms "
                   f"(target <= {BASELINE_TARGET}: {verdict(ratio <= BASELINE_TARGET)})")
+        for path in PATHS:
+            speedups = [two["rps"] / one["rps"] for two, one in zip(runs[path, WORKERS, c], runs[path, "stbproxy", c])]
+            speedup = median(speedups)
+            print(f"concurrency {c}: {path}: --workers 2 / 1 worker: {speedup:.2f}x (median of the repeats' ratios, "
+                  f"{min(speedups):.2f}-{max(speedups):.2f}; target >= {WORKERS_TARGET}: "
+                  f"{verdict(speedup >= WORKERS_TARGET)}); wrk used {get(path, WORKERS, c, 'client_share'):.0%} of "
+                  f"the machine's CPU meanwhile")
         if args.before:
             for path in PATHS:
                 paired = median(n["cpu_ms"] / b["cpu_ms"] for n, b in zip(runs[path, "stbproxy", c],
