@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from stbproxy.cli.common import SIGPIPE_EXIT, OneLineErrors, ctrl_c_between_writes
 from stbproxy.store.embedded import Store
 from tests.cli.test_cli_process import SCRIPT
-from tests.terminal import foreground
+from tests.processes import foreground
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from stbeval.cli import eval_group
 from stbeval.judgelog import LOG_NAME, read_records
 from tests.eval.helpers import REPO, Script, converted_entry, table_rows, write_json
 from tests.fakes.fake_openai import HttpError, ToolCall
-from tests.terminal import foreground
+from tests.processes import foreground
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

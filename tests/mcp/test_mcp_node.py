@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from stbproxy.store.embedded import Store
+from tests import processes
 from tests.servers import ProxyProcess
 
 pytestmark = pytest.mark.integration
@@ -71,24 +72,11 @@ class Everything:
     def __enter__(self) -> Everything:
         self.process = subprocess.Popen(["node", str(EVERYTHING), "streamableHttp"], env={**os.environ,
                                         "PORT": str(self.port)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("the reference server did not listen within 30 s")
+        processes.wait_listening(self.process, self.port, "the reference server")
+        return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
 
     def __exit__(self, *exc_info) -> None:
         self.stop()

@@ -8,8 +8,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests import processes
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "server.py"
@@ -50,26 +51,11 @@ class McpServer:
         self.process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(self.port), "--calls",
                                          str(self.calls_file), *self.flags], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the MCP server exited: {self.process.stderr.read()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("the MCP server did not listen within 30 s")
+        processes.wait_listening(self.process, self.port, "the MCP server")
+        return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        processes.stop(self.process)
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
