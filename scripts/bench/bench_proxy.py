@@ -32,8 +32,12 @@ CPU per hit, a direct call to the upstream for the added latency, one worker for
 2-core machine the speed-up's paired ratios spread widely, and this takes more repeats in
 less time.
 
+``--client c`` sends the same load from hitload.c, built for the run, instead of hitload.py.
+On 2 cores the client's own CPU per request bounds what ``--workers 2`` can show: if a hit
+costs the server w and the client g, two workers reach at most 2w / (w + g) of one.
+
 Usage: python scripts/bench/bench_proxy.py [--quick] [--workers-only] [--requests N] [--repeats R]
-       [--concurrency 1,16,32]
+       [--concurrency 1,16,32] [--client python|c]
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from scripts.bench.hitbench import (  # noqa: E402
     copy_store,
     interleaved,
     lean_subject,
+    load_generator,
     mitmdump_subject,
     stbproxy_subject,
     verdict,
@@ -197,9 +202,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
 
     print(f"stbproxy hit benchmark: {args.distinct} distinct requests, concurrency {args.concurrency}, "
           f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s), medians")
-    print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}; the load generator is a "
-          f"separate process sharing these cores; load average at start {os.getloadavg()[0]:.2f}")
-    matrix = Matrix()
+    matrix = Matrix(load_generator(args.client, workdir))
+    print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}; the load generator "
+          f"({matrix.load.name}) is a separate process sharing these cores; load average at start "
+          f"{os.getloadavg()[0]:.2f}")
     for concurrency, requests, warmup in interleaved(args, warmup_per_connection=10):
         for path in ("plain", "https"):
             for subject in subjects:
@@ -281,6 +287,9 @@ def _options(argv: list[str]) -> argparse.Namespace:
                         "with more repeats in less time")
     p.add_argument("--before", type=Path, default=None, metavar="DIR",
                    help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
+    p.add_argument("--client", choices=("python", "c"), default="python",
+                   help="the load generator: hitload.py, or hitload.c built for the run (a C compiler and "
+                        "OpenSSL's headers), which costs the shared cores less per request [python]")
     a = p.parse_args(argv)
     small = dict(requests=600, requests1=150, concurrency="1,16", repeats=1, distinct=40)
     full = dict(requests=8000, requests1=2000, concurrency="1,16,32", repeats=3, distinct=200)

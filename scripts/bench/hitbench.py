@@ -23,6 +23,7 @@ from scripts.common import child_env, console_script, median, tree_cpu_seconds  
 from stbproxy.serve_process import ServeProcess  # noqa: E402
 
 HITLOAD = Path(__file__).resolve().with_name("hitload.py")
+HITLOAD_C = HITLOAD.with_suffix(".c")
 START_TIMEOUT = 120.0
 BASELINE = "mitmdump + dict"
 LEAN = "lean mitmproxy + dict"
@@ -144,8 +145,60 @@ def copy_store(store: Path, copy: Path) -> Path:
     return copy
 
 
-def measure(subject: Subject, plan: Path, requests: int, warmup: int, concurrency: int) -> dict:
-    argv = [sys.executable, str(HITLOAD), "--port", str(subject.port), "--plan", str(plan),
+@dataclass(frozen=True)
+class LoadGenerator:
+    """The client that sends the load: hitload.py, or hitload.c built for the run. Both send
+    the same requests and check the same answers; the C one costs the machine less per
+    request, which matters where client and server share 2 cores (``--workers 2``)."""
+
+    name: str
+    command: tuple[str, ...]
+    flat: bool  # reads hitload.py's flat plan
+
+    def argv(self, subject: Subject, plan: Path) -> list[str]:
+        if not self.flat:
+            return [*self.command, "--plan", str(plan)]
+        from scripts.bench.hitload import write_flat
+
+        flat = plan.with_name(f"{plan.stem}-{subject.port}.flat")
+        if not flat.exists():
+            write_flat(json.loads(plan.read_text()), f"127.0.0.1:{subject.port}", flat)
+        return [*self.command, "--plan", str(flat)]
+
+
+PYTHON_LOAD = LoadGenerator("hitload.py", (sys.executable, str(HITLOAD)), flat=False)
+
+
+def c_load_missing() -> str | None:
+    """What this machine lacks to build hitload.c, or None: a C compiler and OpenSSL's headers."""
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}; Debian: gcc)"
+    probe = subprocess.run([compiler, "-E", "-x", "c", "-"], input="#include <openssl/ssl.h>\n",
+                           capture_output=True, text=True, timeout=60)
+    return None if probe.returncode == 0 else "no OpenSSL headers (Debian: libssl-dev)"
+
+
+def build_c_load(workdir: Path) -> LoadGenerator:
+    """hitload.c compiled into ``workdir`` ($CC, else cc, with OpenSSL)."""
+    if missing := c_load_missing():
+        raise SystemExit(f"--client c builds {HITLOAD_C.name}, and this machine has {missing}")
+    binary = workdir / "hitload"
+    argv = [os.environ.get("CC", "cc"), "-O2", "-o", str(binary), str(HITLOAD_C), "-lssl", "-lcrypto", "-lm"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"building {HITLOAD_C.name} failed:\n{done.stderr[-2000:]}")
+    return LoadGenerator("hitload.c", (str(binary),), flat=True)
+
+
+def load_generator(choice: str, workdir: Path) -> LoadGenerator:
+    """The --client option's generator: ``python`` (the default) or ``c``."""
+    return build_c_load(workdir) if choice == "c" else PYTHON_LOAD
+
+
+def measure(subject: Subject, plan: Path, requests: int, warmup: int, concurrency: int,
+            load: LoadGenerator = PYTHON_LOAD) -> dict:
+    argv = [*load.argv(subject, plan), "--port", str(subject.port),
             "--requests", str(requests), "--warmup", str(warmup), "--concurrency", str(concurrency)]
     if subject.ca:
         argv += ["--ca", subject.ca]
@@ -174,12 +227,13 @@ def interleaved(args, warmup_per_connection: int):
 class Matrix:
     """Results of (path, subject, concurrency), repeated; failures collected, never hidden."""
 
-    def __init__(self) -> None:
+    def __init__(self, load: LoadGenerator = PYTHON_LOAD) -> None:
         self.runs: dict[tuple[str, str, int], list[dict]] = {}
         self.failures: list[str] = []
+        self.load = load
 
     def run(self, path: str, subject: Subject, plan: Path, concurrency: int, requests: int, warmup: int) -> dict:
-        result = measure(subject, plan, requests, warmup, concurrency)
+        result = measure(subject, plan, requests, warmup, concurrency, self.load)
         self.runs.setdefault((path, subject.name, concurrency), []).append(result)
         if result["failures"]:
             self.failures += [f"{path} {subject.name} c{concurrency}: {s}" for s in result["samples"]]
@@ -237,7 +291,7 @@ def workers_speedup(matrix: Matrix, path: str, concurrency: int, target: float) 
     return (f"{path}: --workers 2 / 1 worker at concurrency {concurrency}: {speedup:.2f}x (median of the repeats' "
             f"ratios{spread}; medians {matrix.get(path, WORKERS, concurrency, 'rps'):.0f} vs "
             f"{matrix.get(path, 'stbproxy', concurrency, 'rps'):.0f} req/s; target >= {target}: "
-            f"{verdict(speedup >= target)}); the load generator used "
+            f"{verdict(speedup >= target)}); the load generator ({matrix.load.name}) used "
             f"{matrix.get(path, WORKERS, concurrency, 'client_share'):.0%} of the machine's CPU meanwhile")
 
 

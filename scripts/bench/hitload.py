@@ -120,6 +120,18 @@ def plan_bytes(plan: dict, hostport: str) -> list[tuple[bytes, bytes]]:
     return items
 
 
+def write_flat(plan: dict, hostport: str, path: Path) -> None:
+    """The plan as hitload.c reads it: a few text lines, then each request's bytes and the
+    exact body its answer must have (hitload.c compares bytes and parses no JSON)."""
+    items = plan_bytes(plan, hostport)
+    with open(path, "wb") as out:
+        out.write(b"hitload-flat-1\n%s\n%s\n%s\n%d\n" % (
+            plan["kind"].encode(), (plan.get("tunnel") or "-").encode(), (plan["expect"] or "-").encode(),
+            len(items)))
+        for request, body in items:
+            out.write(b"%d %d\n%s%s" % (len(request), len(body), request, body))
+
+
 class Load:
     def __init__(self, plan: dict, port: int, ca: str | None) -> None:
         self.kind = plan["kind"]

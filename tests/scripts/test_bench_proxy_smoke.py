@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.bench.hitbench import c_load_missing
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_proxy.py"
 RUN_TIMEOUT = 120  # --quick takes seconds; mitmproxy start-up on a busy machine takes longer
 
@@ -73,12 +75,14 @@ def test_quick_benchmark_runs_clean(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-def test_workers_only_runs_just_the_two_configurations(tmp_path):
-    out = _run_clean(tmp_path, "--quick", "--workers-only", "--repeats", "2")
+def test_workers_only_runs_just_the_two_configurations_under_the_c_load_generator(tmp_path):
+    if missing := c_load_missing():  # .ci/run installs gcc and libssl-dev
+        pytest.skip(f"hitload.c cannot be built here: {missing}")
+    out = _run_clean(tmp_path, "--quick", "--workers-only", "--repeats", "2", "--client", "c")
     for path in ("plain", "https"):
-        # Two repeats: the median of two paired ratios, and their range.
+        # Two repeats: the median of two paired ratios, and their range; every answer checked by hitload.c.
         assert re.search(rf"{path}: --workers 2 / 1 worker at concurrency 16: [\d.]+x \(median of the repeats' "
-                         rf"ratios, which ranged [\d.]+-[\d.]+;", out), out
+                         rf"ratios, which ranged [\d.]+-[\d.]+;.*the load generator \(hitload\.c\) used", out), out
     subjects = set(re.findall(r"^  (?:plain|https) +(.+?) +c\d+ ", out, re.MULTILINE))
     assert subjects == {"stbproxy", "stbproxy --workers 2"}, out
     assert "CPU per hit at concurrency" not in out, out
