@@ -14,16 +14,17 @@ In one run, on 127.0.0.1 only, in a temporary folder that is removed afterwards:
    (all its default addons) with a script answering the same calls from a dict (the
    baseline; for context also that script in a lean mitmproxy master);
 3. from the load generator (scripts/bench/hitload.py, its own process, an epoll loop, raw
-   HTTP/1.1 on keep-alive connections) send `POST /virtual` with the body ToolBench's
-   client sends (category, tool_name, api_name, tool_input, strip, toolbench_key;
-   tool_input the arguments of the cache's literal, in its order: a rerun's call) at concurrency 1, 16 and
-   32, subjects interleaved, repeated;
+   HTTP/1.1 on keep-alive connections; with ``--client c`` the same in C, hitload.c) send
+   `POST /virtual` with the body ToolBench's client sends (category, tool_name, api_name,
+   tool_input, strip, toolbench_key; tool_input the arguments of the cache's literal, in its
+   order: a rerun's call) at concurrency 1, 16 and 32, subjects interleaved, repeated;
 4. check every answer (HTTP 200, X-Stb-Source: cache, {"error": "", "response": the cached
    text}) and print medians: req/s, p50/p99, the server's CPU per hit from its process
    times (every worker counted) against its target and the baseline's, the speed-up of
    `--workers 2`, and the throughput ratio 5,000 / 50 (target >= 0.9; both asked the same
    number of different calls, repeating: the cost of recent hits), and the CPU of hits that
-   do not repeat within a run (the cold path: 30,000 different calls).
+   do not repeat within a run (the cold path: 30,000 different calls, on a server of their
+   own, a copy of the 5,000-per-API store, so that they displace no other subject's hits).
 
 Baselines (measured in the same run, interleaved): mitmdump answering from a dict for the
 CPU per hit, one worker for ``--workers 2``, the 50-per-API store for the 5,000 one.
@@ -32,6 +33,7 @@ Exit status 1 means a request failed or an import was incomplete; a missed targe
 reported but is not an error.
 
 Usage: python scripts/bench/bench_virtual.py [--quick] [--requests N] [--repeats R] [--concurrency 1,16,32]
+       [--client python|c]
 """
 
 from __future__ import annotations
@@ -55,10 +57,10 @@ from scripts.bench.hitbench import (  # noqa: E402
     MITMPROXY_PATH,
     WORKERS,
     Matrix,
-    Subject,
     copy_store,
     interleaved,
     lean_subject,
+    load_generator,
     mitmdump_subject,
     stbproxy_subject,
     verdict,
@@ -115,8 +117,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         hitstores.import_cache(workdir / f"cache-{args.small}", before_store, args.before)
         subjects.append((stbproxy_subject(BEFORE, before_store, confdir=confdir, source=args.before),
                          plans[args.small]))
-    large = subjects[2][0]
-    cold = Subject(f"{large_name}, cold", large.port, large.pid, large.ca)
+    # Cold hits on a process of their own: their 30,000 different calls would push the large
+    # store's recent hits out of its process, and its next run would measure their return.
+    cold = stbproxy_subject(f"{large_name}, cold", copy_store(stores[args.large], workdir / "store-cold"),
+                            confdir=confdir)
     subjects.append((cold, plans["cold"]))
     addon = hitstores.dict_addon(workdir, [], [], small_plan)
     subjects.append((mitmdump_subject(addon, free_port(), confdir), baseline_plan))
@@ -125,9 +129,10 @@ def run(args, workdir: Path, stack: contextlib.ExitStack) -> int:
         if subject.stop is not None:
             stack.callback(subject.stop)
 
+    matrix = Matrix(load_generator(args.client, workdir))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
-          f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s)")
-    matrix = Matrix()
+          f"{args.requests} requests per run ({args.requests1} at concurrency 1), {args.repeats} repeat(s); "
+          f"the load generator: {matrix.load.name}")
     for concurrency, requests, warmup in interleaved(args, warmup_per_connection=4):
         for subject, plan in subjects:
             matrix.run("virtual", subject, plan, concurrency, requests, warmup)
@@ -187,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="runs per subject (the median counts) [3; quick 1]")
     parser.add_argument("--before", type=Path, default=None, metavar="DIR",
                         help="also run the stbproxy of this source tree (e.g. an older commit's), for before/after")
+    parser.add_argument("--client", choices=("python", "c"), default="python",
+                        help="the load generator: hitload.py, or hitload.c built for the run (a C compiler and "
+                             "OpenSSL's headers), which costs the shared cores less per request [python]")
     parser.add_argument("--small", type=int, default=50, help="entries per API in the small store")
     parser.add_argument("--large", type=int, default=5000, help="entries per API in the large store")
     args = parser.parse_args(argv)

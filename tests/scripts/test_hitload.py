@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -27,11 +28,27 @@ def load(request, tmp_path_factory) -> LoadGenerator:
     return build_c_load(tmp_path_factory.mktemp("hitload-c"))
 
 
-class _Server:
-    """Keep-alive HTTP/1.1 on 127.0.0.1: every third answer has the wrong body, and every
-    fifth request gets its answer and then the connection closed."""
+Answer = Callable[[int], "tuple[bytes, bytes, bool]"]  # n-th request -> (extra head lines, body, close after)
 
-    def __init__(self) -> None:
+
+def _misbehaving(n: int) -> tuple[bytes, bytes, bool]:
+    """Every third answer has the wrong body; every fifth closes the connection after it."""
+    return b"", b"wrong" if n % 3 == 0 else GOOD, n % 5 == 0
+
+
+VIRTUAL_BODY = b'{"error": "", "response": "hello"}'  # as stbproxy writes a /virtual answer
+
+
+def _virtual(n: int) -> tuple[bytes, bytes, bool]:
+    """/virtual's answer, but every fourth one without the header saying it was a hit."""
+    return b"" if n % 4 == 0 else b"X-Stb-Source: cache\r\n", VIRTUAL_BODY, False
+
+
+class _Server:
+    """Keep-alive HTTP/1.1 on 127.0.0.1, answering as ``answer`` says."""
+
+    def __init__(self, answer: Answer = _misbehaving) -> None:
+        self.answer = answer
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.count = 0
@@ -49,23 +66,28 @@ class _Server:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            while conn.recv(4096):
+            while conn.recv(4096):  # each request arrives whole in one read: they are small
                 with self.lock:
                     self.count += 1
                     n = self.count
-                body = b"wrong" if n % 3 == 0 else GOOD
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                if n % 5 == 0:
+                extra, body, close = self.answer(n)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (extra, len(body), body))
+                if close:
                     return
 
     def close(self) -> None:
         self.listener.close()
 
 
-def _run(load: LoadGenerator, tmp_path: Path, port: int, requests: int) -> dict:
+PLAIN_PLAN = {"kind": "plain", "expect": "", "items": [
+    ["GET http://@HOSTPORT@/a HTTP/1.1\r\nHost: api.test\r\n\r\n", GOOD.decode()]]}
+VIRTUAL_PLAN = {"kind": "virtual", "expect": "x-stb-source: cache", "items": [
+    ["POST /virtual HTTP/1.1\r\nHost: @HOSTPORT@\r\nContent-Length: 2\r\n\r\n{}", "hello"]]}
+
+
+def _run(load: LoadGenerator, tmp_path: Path, port: int, requests: int, plan_document: dict = PLAIN_PLAN) -> dict:
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"kind": "plain", "expect": "", "items": [
-        ["GET http://@HOSTPORT@/a HTTP/1.1\r\nHost: api.test\r\n\r\n", GOOD.decode()]]}))
+    plan.write_text(json.dumps(plan_document))
     done = subprocess.run([*load.argv(Subject("test server", port, None), plan), "--port", str(port),
                            "--requests", str(requests), "--concurrency", "4", "--timeout", "60"],
                           capture_output=True, text=True, timeout=120)
@@ -85,6 +107,19 @@ def test_wrong_bodies_and_closed_connections_are_counted_as_failures(load, tmp_p
     # Every request had one outcome: a checked answer, a wrong one, or a lost connection.
     assert 0 < result["ok"] < 300 and result["ok"] + result["failures"] == 300, result
     assert result["rps"] > 0 and result["p50_ms"] > 0, result
+
+
+@pytest.mark.timeout(150)
+def test_virtual_answers_are_checked_for_their_body_and_their_header(load, tmp_path):
+    server = _Server(_virtual)
+    try:
+        result = _run(load, tmp_path, server.port, 200, VIRTUAL_PLAN)
+    finally:
+        server.close()
+    # Every fourth answer lacks the header, and only those fail: the body, the stbproxy form
+    # of the planned response, is right in all of them.
+    assert result["failures"] == 50 and result["ok"] == 150, result
+    assert all("x-stb-source: cache" in sample for sample in result["samples"]), result
 
 
 @pytest.mark.timeout(150)
