@@ -8,12 +8,16 @@
  * opened before the clock starts; one that fails is counted as a failure and replaced.
  *
  * hitload.py's command line and its one JSON line of output, but the plan is the flat file
- * hitload.py writes with --flatten (requests and bodies as bytes, so this needs no JSON parser):
+ * hitload.py's write_flat makes of a plan (hitbench.py does, for each server), with requests
+ * and bodies as bytes, so this needs no JSON parser:
  *
  *   hitload-flat-1\n kind\n tunnel or -\n expect or -\n count\n
  *   then per item: "request-length body-length\n" request-bytes body-bytes
  *
- * Build: cc -O2 -o hitload hitload.c -lssl -lcrypto   (Debian: gcc, libssl-dev)
+ * A /virtual answer must be the exact bytes stbproxy writes; hitload.py also accepts the same
+ * JSON written otherwise (an older tree's, say), this counts it as a failure.
+ *
+ * Build: cc -O2 -o hitload hitload.c -lssl -lcrypto -lm   (Debian: gcc, libssl-dev)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
