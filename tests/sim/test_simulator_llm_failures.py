@@ -59,14 +59,19 @@ def test_a_virtual_call_without_a_usable_reply_gets_stabletoolbench_s_failure(fa
     assert json.loads(result.response.body) == {"error": "Failed to generate fake response", "response": ""}
 
 
+def _unreachable_llm(catalog, store) -> LlmSimulator:
+    """An LLM simulator whose model sits on a port where nobody listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
+                                        max_retries=0), catalog, store)
+
+
 def test_a_virtual_call_whose_model_cannot_be_reached_gets_stabletoolbench_s_500(catalog, store):
     from stbproxy.stb.bodies import VIRTUAL_STATUS
 
-    with socket.socket() as s:  # a port with nobody listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
-                                       max_retries=0), catalog, store)
+    sim = _unreachable_llm(catalog, store)
     [result] = run(simulate(sim, virtual_job()))
     assert not result.ok and result.meta[VIRTUAL_STATUS] == 500 and "cannot connect" in result.meta["cause"]
     assert (result.response.status, result.response.body) == (500, b"Internal Server Error")
@@ -110,11 +115,7 @@ def test_client_retries_are_the_configured_ones(fake_openai, catalog, store):
 
 
 def test_refused_connection_ends_as_failed(catalog, store):
-    with socket.socket() as s:  # a port with nobody listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    sim = LlmSimulator(SimulatorConfig(name="llm", base_url=f"http://127.0.0.1:{port}/v1", api_key="k",
-                                       max_retries=0), catalog, store)
+    sim = _unreachable_llm(catalog, store)
     started = time.monotonic()
     [result] = run(simulate(sim, weather_job()))
     assert time.monotonic() - started < 3
