@@ -19,6 +19,7 @@ from stbproxy.front.destinations import own_address
 from stbproxy.front.guard import HEAD_MEMO_MAX, Guard, Refusal, loop_message
 from stbproxy.front.limits import url_problem
 from stbproxy.front.views import SHARED, view_for, view_mode
+from stbproxy.key_rules import DEFAULT_RULES
 from stbproxy.mcp.endpoints import local_target, to_server
 from stbproxy.mitm.connections import ConnectionWatch, Watched
 from stbproxy.mitm.flows import (
@@ -272,10 +273,9 @@ class StbAddon:
 
     def log_failure(self, request: Request, exc: Exception) -> None:
         """The proxy failed on ``request``: logged with its secrets scrubbed by the key rules in force."""
-        if self.settings is None:  # (it failed before the options were read: the default rules)
-            log.error("stbproxy failed on %s", failure_text(request, exc))
-        else:
-            log.error("stbproxy failed on %s", failure_text(request, exc, self.settings.key_rules()))
+        # (before the options are read, the default rules)
+        rules = DEFAULT_RULES if self.settings is None else self.settings.key_rules()
+        log.error("stbproxy failed on %s", failure_text(request, exc, rules))
 
     def failure_reply(self, request: Request) -> Response | None:
         """The answer a request's kind gives when the proxy failed on it (a /virtual client's

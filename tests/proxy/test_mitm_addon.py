@@ -132,3 +132,16 @@ def test_keep_status_travels_from_the_option_to_the_engine(tmp_path):
         tctx.configure(addon, stb_store=str(tmp_path / "s"), stb_keep_status=["410,404", "451"])
         assert addon.settings.keep_status == (404, 410, 451)
         assert addon.settings.engine_config().keep_status == frozenset({404, 410, 451})
+
+
+def test_a_failure_before_the_options_are_read_is_logged_with_its_secrets_scrubbed(caplog):
+    addon = StbAddon()
+    assert addon.settings is None  # no options read yet: the default key rules apply
+    request = request_from_flow(flow_for("http://api.example/v1?api_key=hush-123&q=weather"))
+    try:
+        raise RuntimeError(f"boom near {request.url}")  # (the traceback quotes this line: no secret in it)
+    except RuntimeError as exc:
+        with caplog.at_level("ERROR", logger="stbproxy"):
+            addon.log_failure(request, exc)
+    assert "stbproxy failed on GET" in caplog.text and "RuntimeError" in caplog.text
+    assert "hush-123" not in caplog.text and "q=weather" in caplog.text
